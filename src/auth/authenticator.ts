@@ -1,0 +1,71 @@
+import { LRUCache } from 'lru-cache';
+import { GatewayError } from '../errors.js';
+import type { KeyWithTeam, Store } from '../store/index.js';
+import { hashSecret } from './api-key.js';
+
+/**
+ * Turns the secret from the URL into a key and its team, or a `-32016`/`-32002` error.
+ * Lookups, found or not, are remembered for `ttlMs`, so a flood of unknown keys costs one store
+ * read per distinct key per TTL instead of one per request. The TTL is therefore the bound on
+ * how long a key revoked elsewhere stays usable here; `forget` drops a key at once after a
+ * local revoke or rotate.
+ */
+
+export interface AuthenticatorOptions {
+  ttlMs: number;
+  maxEntries: number;
+  now?: () => number;
+}
+
+type CachedLookup = { found: KeyWithTeam } | { found: null };
+
+export interface Authenticator {
+  authenticate(secret: string, networkId: string): Promise<KeyWithTeam>;
+  /** Drops every cached lookup (after an admin change that this process made). */
+  clear(): void;
+}
+
+export function createAuthenticator(store: Store, options: AuthenticatorOptions): Authenticator {
+  const now = options.now ?? Date.now;
+  const cache =
+    options.ttlMs > 0
+      ? new LRUCache<string, CachedLookup>({ max: options.maxEntries, ttl: options.ttlMs, ttlAutopurge: false })
+      : undefined;
+  // Concurrent first lookups of one key share one store read.
+  const pending = new Map<string, Promise<CachedLookup>>();
+
+  async function lookup(secretHash: string): Promise<CachedLookup> {
+    const cached = cache?.get(secretHash);
+    if (cached !== undefined) return cached;
+    let inFlight = pending.get(secretHash);
+    if (inFlight === undefined) {
+      inFlight = store
+        .findKeyBySecretHash(secretHash)
+        .then((found): CachedLookup => {
+          const entry: CachedLookup = { found };
+          cache?.set(secretHash, entry);
+          return entry;
+        })
+        .finally(() => pending.delete(secretHash));
+      pending.set(secretHash, inFlight);
+    }
+    return inFlight;
+  }
+
+  return {
+    async authenticate(secret, networkId) {
+      const { found } = await lookup(hashSecret(secret));
+      if (found === null) throw new GatewayError('TG_ERR_INVALID_KEY');
+      const { key } = found;
+      if (key.revokedAt !== null && key.revokedAt <= now()) throw new GatewayError('TG_ERR_INVALID_KEY');
+      if (key.expiresAt !== null && key.expiresAt <= now()) throw new GatewayError('TG_ERR_INVALID_KEY');
+      if (key.allowedNetworks !== null && !key.allowedNetworks.includes(networkId)) {
+        throw new GatewayError('TG_ERR_NETWORK_NOT_ALLOWED', `this API key is not allowed on network ${networkId}`);
+      }
+      return found;
+    },
+    clear() {
+      cache?.clear();
+    },
+  };
+}

@@ -1,0 +1,147 @@
+import { z } from 'zod';
+
+/**
+ * The one schema of the gateway's YAML configuration. Types, defaults and validation all come
+ * from here; every object is strict, so a misspelt key fails start-up with its path named.
+ * Durations are milliseconds, sizes are bytes, unless the field name says otherwise.
+ */
+
+const port = z.number().int().min(0).max(65535);
+const positiveInt = z.number().int().positive();
+const credits = z.number().int().min(0);
+
+/** A JSON-RPC method name as it appears on the wire. */
+const methodName = z.string().regex(/^[A-Za-z][A-Za-z0-9_]*$/, 'a JSON-RPC method name');
+
+/**
+ * `host[:port][/prefix]` or `*[/prefix]`: which Host header and path prefix select a network.
+ * The prefix never ends with a slash; the key path `/v3/<key>` follows it.
+ */
+const baseUrl = z
+  .string()
+  .regex(
+    /^(\*|[A-Za-z0-9.-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?)(\/[A-Za-z0-9._~-]+)*$/,
+    'host[:port][/prefix] or *[/prefix], without a scheme or a trailing slash',
+  );
+
+const upstreamSchema = z.strictObject({
+  /** Stable name used in logs, metrics and `-32603` attempt lists. Never the URL (it may hold a secret). */
+  id: z.string().regex(/^[A-Za-z0-9_.-]+$/),
+  /** http(s) URL of the provider endpoint; `${ENV}` placeholders are expanded before validation. */
+  url: z.url({ protocol: /^https?$/ }),
+  /** Extra request headers (for example a provider's auth header); values may use `${ENV}`. */
+  headers: z.record(z.string(), z.string()).default({}),
+  /** Deadline of one attempt against this upstream, bounded by what is left of the request's deadline. */
+  timeoutMs: positiveInt.default(5_000),
+  /** Keep-alive connections the undici Pool may open to this upstream. */
+  connections: positiveInt.default(64),
+  /** Asset networks only: the param form this upstream accepts for DAS methods. */
+  params: z.enum(['named', 'positional']).default('named'),
+});
+
+const circuitBreakerSchema = z.strictObject({
+  /** Consecutive failed attempts that open an upstream's circuit (it is then skipped). */
+  failureThreshold: positiveInt.default(5),
+  /** How long an open circuit stays open before one trial request is let through. */
+  cooldownMs: positiveInt.default(5_000),
+});
+
+const networkSchema = z.strictObject({
+  /** Name used in key allow-lists, usage reports, logs and metrics. */
+  id: z.string().regex(/^[A-Za-z0-9_.-]+$/),
+  kind: z.enum(['evm', 'asset']),
+  /** EVM networks: answered locally for `eth_chainId` (hex) and `net_version` (decimal). */
+  chainId: z.number().int().positive().optional(),
+  /** Host (and optional prefix) that selects this network; see docs/configuration.md. */
+  baseUrls: z.array(baseUrl).min(1),
+  upstreams: z.array(upstreamSchema).min(1),
+  /**
+   * Credits per method on this network. Overrides the built-in costs of the first-class methods,
+   * and lists extra pass-through methods the network offers (forwarded unvalidated).
+   */
+  methods: z.record(methodName, credits).default({}),
+  /** Deadline of a whole request (all failover attempts) on this network. */
+  requestTimeoutMs: positiveInt.default(10_000),
+  circuitBreaker: circuitBreakerSchema.prefault({}),
+});
+
+const sqliteStoreSchema = z.strictObject({
+  driver: z.literal('sqlite'),
+  /** Database file; its directory is created if missing. `:memory:` for throw-away runs. */
+  path: z.string().min(1).default('./data/tollgate.db'),
+});
+
+const storeSchema = z.discriminatedUnion('driver', [sqliteStoreSchema]);
+
+export const configSchema = z
+  .strictObject({
+    server: z
+      .strictObject({
+        host: z.string().default('0.0.0.0'),
+        port: port.default(8080),
+        /** Request bodies larger than this get HTTP 413. */
+        maxBodyBytes: positiveInt.default(1024 * 1024),
+        /** Batches with more items than this get one `-32600` error. */
+        maxBatchItems: positiveInt.default(100),
+        /** Idle keep-alive connections are closed after this long. */
+        keepAliveTimeoutMs: positiveInt.default(65_000),
+      })
+      .prefault({}),
+    auth: z
+      .strictObject({
+        /**
+         * How long a key lookup (found or not found) is remembered in memory. This is the bound
+         * on how long a revoked key may still be accepted by a replica that did not revoke it.
+         */
+        keyCacheTtlMs: z.number().int().min(0).default(5_000),
+        /** Most keys remembered at once; bounds memory under a flood of unknown keys. */
+        keyCacheMaxEntries: positiveInt.default(100_000),
+      })
+      .prefault({}),
+    store: storeSchema.prefault({ driver: 'sqlite' }),
+    networks: z.array(networkSchema).min(1),
+  })
+  .superRefine((config, ctx) => {
+    const seen = new Set<string>();
+    config.networks.forEach((network, index) => {
+      if (seen.has(network.id)) {
+        ctx.addIssue({ code: 'custom', path: ['networks', index, 'id'], message: `duplicate network id "${network.id}"` });
+      }
+      seen.add(network.id);
+      const upstreamIds = new Set<string>();
+      network.upstreams.forEach((upstream, upstreamIndex) => {
+        if (upstreamIds.has(upstream.id)) {
+          ctx.addIssue({
+            code: 'custom',
+            path: ['networks', index, 'upstreams', upstreamIndex, 'id'],
+            message: `duplicate upstream id "${upstream.id}"`,
+          });
+        }
+        upstreamIds.add(upstream.id);
+      });
+      if (network.kind === 'evm' && network.chainId === undefined) {
+        ctx.addIssue({ code: 'custom', path: ['networks', index, 'chainId'], message: 'EVM networks need a chainId' });
+      }
+    });
+    const baseUrlOwners = new Map<string, string>();
+    config.networks.forEach((network, index) => {
+      network.baseUrls.forEach((url, urlIndex) => {
+        const normalised = url.toLowerCase();
+        const owner = baseUrlOwners.get(normalised);
+        if (owner !== undefined) {
+          ctx.addIssue({
+            code: 'custom',
+            path: ['networks', index, 'baseUrls', urlIndex],
+            message: `base URL "${url}" is already used by network "${owner}"`,
+          });
+        }
+        baseUrlOwners.set(normalised, network.id);
+      });
+    });
+  });
+
+export type GatewayConfig = z.output<typeof configSchema>;
+export type NetworkConfig = GatewayConfig['networks'][number];
+export type UpstreamConfig = NetworkConfig['upstreams'][number];
+export type StoreConfig = GatewayConfig['store'];
+export type NetworkKind = NetworkConfig['kind'];

@@ -1,0 +1,21 @@
+import type { GatewayConfig } from './schema.js';
+
+/**
+ * The secret strings a config carries (credentials and query values of upstream URLs, header
+ * values), so the logger can scrub them from any message that happens to quote them.
+ */
+export function collectConfigSecrets(config: GatewayConfig): string[] {
+  const secrets = new Set<string>();
+  for (const network of config.networks) {
+    for (const upstream of network.upstreams) {
+      const url = new URL(upstream.url);
+      if (url.password !== '') secrets.add(decodeURIComponent(url.password));
+      if (url.username !== '') secrets.add(decodeURIComponent(url.username));
+      for (const value of url.searchParams.values()) secrets.add(value);
+      // Providers put keys in the path too (`/v2/<key>`): treat long path segments as secrets.
+      for (const segment of url.pathname.split('/')) if (segment.length >= 16) secrets.add(segment);
+      for (const value of Object.values(upstream.headers)) secrets.add(value);
+    }
+  }
+  return [...secrets].filter((secret) => secret.length >= 8);
+}

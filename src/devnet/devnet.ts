@@ -1,0 +1,122 @@
+import { join } from 'node:path';
+import { parseConfig } from '../config/load.js';
+import { startGateway, type RunningGateway } from '../gateway.js';
+import { createLogger } from '../logging/logger.js';
+import pino from 'pino';
+import { issueKey } from '../admin/key-issuer.js';
+import { openStore, type Store } from '../store/index.js';
+import { seedAnvil, startAnvil, type AnvilNode } from './anvil.js';
+import { startSampleDasServer, type SampleDasServer } from './sample-das/index.js';
+
+/**
+ * `tollgate devnet` (what `npm start` runs): a real anvil node seeded with blocks that carry
+ * transactions, the sample DAS upstream, a SQLite store with a demo team and key, and a
+ * gateway in front of both. Development only: `tollgate serve` never starts any of this.
+ */
+
+export interface DevnetOptions {
+  json: boolean;
+  port: number;
+  dataDir: string;
+}
+
+export const DEVNET_EVM_NETWORK = 'eth-devnet';
+export const DEVNET_ASSET_NETWORK = 'das-devnet';
+const DEMO_TEAM = 'demo';
+const DEMO_DAILY_CREDITS = 10_000_000;
+
+async function demoKey(store: Store): Promise<string> {
+  const team = (await store.findTeam(DEMO_TEAM)) ?? (await store.createTeam({ name: DEMO_TEAM, dailyCredits: DEMO_DAILY_CREDITS }));
+  const { secret } = await issueKey(store, { teamId: team.id, label: 'devnet demo key' });
+  return secret;
+}
+
+export async function runDevnet(options: DevnetOptions): Promise<void> {
+  const started: { anvil?: AnvilNode; das?: SampleDasServer; gateway?: RunningGateway } = {};
+  let stopping = false;
+  const stop = async (exitCode: number) => {
+    if (stopping) return;
+    stopping = true;
+    await started.gateway?.close().catch(() => undefined);
+    await started.das?.close().catch(() => undefined);
+    await started.anvil?.stop().catch(() => undefined);
+    process.exit(exitCode);
+  };
+  process.once('SIGINT', () => void stop(0));
+  process.once('SIGTERM', () => void stop(0));
+
+  try {
+    const anvil = await startAnvil();
+    started.anvil = anvil;
+    const seed = await seedAnvil(anvil.url);
+    const das = await startSampleDasServer();
+    started.das = das;
+
+    const config = parseConfig(
+      {
+        server: { host: '127.0.0.1', port: options.port },
+        store: { driver: 'sqlite', path: join(options.dataDir, 'devnet.db') },
+        networks: [
+          {
+            id: DEVNET_EVM_NETWORK,
+            kind: 'evm',
+            chainId: anvil.chainId,
+            baseUrls: [`*/${DEVNET_EVM_NETWORK}`],
+            upstreams: [{ id: 'anvil', url: anvil.url }],
+          },
+          {
+            id: DEVNET_ASSET_NETWORK,
+            kind: 'asset',
+            baseUrls: [`*/${DEVNET_ASSET_NETWORK}`],
+            upstreams: [{ id: 'sample-das', url: das.url, params: 'named' }],
+          },
+        ],
+      },
+      process.env,
+      'devnet config',
+    );
+    const store = await openStore(config.store);
+    const apiKey = await demoKey(store);
+    await store.close();
+    // Request logs go to stderr: stdout carries the ready message (or the one `--json` line).
+    const gateway = await startGateway(config, { logger: createLogger({ destination: pino.destination({ fd: 2, sync: false }) }) });
+    started.gateway = gateway;
+
+    const evmUrl = `${gateway.rpcOrigin}/${DEVNET_EVM_NETWORK}/v3/${apiKey}`;
+    const assetUrl = `${gateway.rpcOrigin}/${DEVNET_ASSET_NETWORK}/v3/${apiKey}`;
+    const collections = das.dataset.collections.map((collection) => collection.id);
+    if (options.json) {
+      process.stdout.write(
+        `${JSON.stringify({ evmUrl, assetUrl, apiKey, evmUpstreamUrl: anvil.url, assetUpstreamUrl: das.url, collections })}\n`,
+      );
+      return;
+    }
+    const blockHash = seed.blocksWithTransactions.at(-1) ?? seed.blockHashes.at(-1) ?? '';
+    const collection = collections[0] ?? '';
+    process.stdout.write(
+      [
+        '',
+        'Tollgate devnet is running.',
+        '',
+        `  EVM network   ${evmUrl}`,
+        `  DAS network   ${assetUrl}`,
+        `  demo API key  ${apiKey}   (team "${DEMO_TEAM}", ${DEMO_DAILY_CREDITS.toLocaleString('en-US')} credits a day)`,
+        `  upstreams     anvil ${anvil.url}, sample DAS ${das.url}`,
+        '',
+        'Try:',
+        '',
+        `  curl -s -X POST -H 'content-type: application/json' '${evmUrl}' \\`,
+        `    -d '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByHash","params":["${blockHash}",false]}'`,
+        '',
+        `  curl -s -X POST -H 'content-type: application/json' '${assetUrl}' \\`,
+        `    -d '{"jsonrpc":"2.0","id":1,"method":"getAssetsByGroup","params":{"groupKey":"collection","groupValue":"${collection}","limit":2}}'`,
+        '',
+        'Ctrl-C stops everything.',
+        '',
+      ].join('\n'),
+    );
+  } catch (error) {
+    process.stderr.write(`tollgate devnet: ${(error as Error).message}\n`);
+    await stop(1);
+  }
+}

@@ -1,0 +1,43 @@
+import { GatewayError } from '../errors.js';
+
+/** `eth_getBlockByHash` params, normalised: the hash in lower case (cache key and upstream call). */
+export interface BlockByHashQuery {
+  hash: string;
+  hydrated: boolean;
+}
+
+const BLOCK_HASH = /^0x[0-9a-fA-F]{64}$/;
+
+function invalidArgument(index: number, message: string): GatewayError {
+  return new GatewayError('TG_ERR_INVALID_PARAMS', `invalid argument ${index}: ${message}`);
+}
+
+export function parseBlockByHashParams(params: unknown): BlockByHashQuery {
+  if (!Array.isArray(params)) {
+    throw new GatewayError('TG_ERR_INVALID_PARAMS', 'invalid params: expected an array [blockHash, hydrated]');
+  }
+  if (params.length > 2) {
+    throw new GatewayError('TG_ERR_INVALID_PARAMS', `too many arguments, want at most 2, got ${params.length}`);
+  }
+  const [hash, hydrated] = params;
+  if (hash === undefined) throw invalidArgument(0, 'missing value for required argument blockHash');
+  if (typeof hash !== 'string' || !BLOCK_HASH.test(hash)) {
+    throw invalidArgument(0, 'blockHash must be 0x followed by 64 hex digits');
+  }
+  if (hydrated === undefined) throw invalidArgument(1, 'missing value for required argument hydrated');
+  if (typeof hydrated !== 'boolean') throw invalidArgument(1, 'hydrated must be a boolean');
+  return { hash: hash.toLowerCase(), hydrated };
+}
+
+/**
+ * Why an upstream's answer to this query cannot be used, or undefined if it can. A block whose
+ * `hash` differs from the one asked for is an upstream fault (a lagging or lying node), never an
+ * answer to pass on or cache.
+ */
+export function checkBlockResult(query: BlockByHashQuery, result: unknown): string | undefined {
+  if (result === null) return undefined;
+  if (result === undefined || typeof result !== 'object' || Array.isArray(result)) return 'block is not an object';
+  const hash = (result as { hash?: unknown }).hash;
+  if (typeof hash !== 'string' || hash.toLowerCase() !== query.hash) return 'block hash mismatch';
+  return undefined;
+}

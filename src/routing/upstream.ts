@@ -1,0 +1,174 @@
+import { Pool } from 'undici';
+import type { UpstreamConfig } from '../config/schema.js';
+import type { JsonRpcErrorObject } from '../errors.js';
+
+/**
+ * One provider endpoint: an undici keep-alive Pool, the gateway's own request ids, and the
+ * health this upstream has shown (consecutive failures for its circuit breaker, a latency
+ * average for ordering). Every attempt ends in exactly one {@link AttemptOutcome}; nothing throws.
+ */
+
+export type AttemptOutcome =
+  | { kind: 'result'; result: unknown; durationMs: number }
+  /** The upstream's own JSON-RPC error, passed on to the client (and charged). */
+  | { kind: 'rpc-error'; error: JsonRpcErrorObject; durationMs: number }
+  | { kind: 'failure'; reason: string; timedOut: boolean; durationMs: number };
+
+/** Upstream JSON-RPC errors that mean "this upstream cannot serve now", not "your request is wrong". */
+const FAILOVER_RPC_CODES = new Set([-32603, -32005]);
+
+export interface CircuitBreakerSettings {
+  failureThreshold: number;
+  cooldownMs: number;
+}
+
+export class Upstream {
+  readonly id: string;
+  private readonly pool: Pool;
+  private readonly path: string;
+  private readonly headers: Record<string, string>;
+  private nextRequestId = 1;
+  private consecutiveFailures = 0;
+  private openUntil = 0;
+  /** Exponentially weighted average of successful attempts' latency; 0 until the first one. */
+  latencyMs = 0;
+  lastAttemptFailed = false;
+
+  constructor(
+    readonly config: UpstreamConfig,
+    private readonly breaker: CircuitBreakerSettings,
+    private readonly now: () => number = Date.now,
+  ) {
+    this.id = config.id;
+    const url = new URL(config.url);
+    this.path = `${url.pathname}${url.search}`;
+    this.headers = { 'content-type': 'application/json', ...config.headers };
+    // Credentials in the URL become a Basic header: undici does not send userinfo itself.
+    if (url.username !== '' || url.password !== '') {
+      const credentials = `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`;
+      this.headers.authorization ??= `Basic ${Buffer.from(credentials).toString('base64')}`;
+    }
+    this.pool = new Pool(url.origin, {
+      connections: config.connections,
+      keepAliveTimeout: 30_000,
+      keepAliveMaxTimeout: 600_000,
+    });
+  }
+
+  /** False while the circuit is open: enough consecutive failures, cooldown not yet over. */
+  isAvailable(): boolean {
+    return this.consecutiveFailures < this.breaker.failureThreshold || this.now() >= this.openUntil;
+  }
+
+  /** Healthy in the readiness sense: its circuit is not open. */
+  isHealthy(): boolean {
+    return this.consecutiveFailures < this.breaker.failureThreshold;
+  }
+
+  async call(
+    method: string,
+    params: unknown,
+    timeoutMs: number,
+    checkResult: (result: unknown) => string | undefined,
+  ): Promise<AttemptOutcome> {
+    const started = performance.now();
+    const requestId = this.nextRequestId++;
+    const body = JSON.stringify(params === undefined ? { jsonrpc: '2.0', id: requestId, method } : { jsonrpc: '2.0', id: requestId, method, params });
+    const controller = new AbortController();
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      controller.abort();
+    }, Math.max(1, timeoutMs));
+    let outcome: AttemptOutcome;
+    try {
+      const response = await this.pool.request({
+        method: 'POST',
+        path: this.path,
+        headers: this.headers,
+        body,
+        signal: controller.signal,
+      });
+      const text = await response.body.text();
+      const durationMs = performance.now() - started;
+      if (response.statusCode < 200 || response.statusCode >= 300) {
+        outcome = { kind: 'failure', reason: `http_${response.statusCode}`, timedOut: false, durationMs };
+      } else {
+        outcome = interpretBody(text, requestId, checkResult, durationMs);
+      }
+    } catch (error) {
+      const durationMs = performance.now() - started;
+      outcome = timedOut
+        ? { kind: 'failure', reason: 'timeout', timedOut: true, durationMs }
+        : { kind: 'failure', reason: connectionFailureReason(error), timedOut: false, durationMs };
+    } finally {
+      clearTimeout(timer);
+    }
+    this.record(outcome);
+    return outcome;
+  }
+
+  private record(outcome: AttemptOutcome): void {
+    if (outcome.kind === 'failure') {
+      this.consecutiveFailures += 1;
+      this.lastAttemptFailed = true;
+      if (this.consecutiveFailures >= this.breaker.failureThreshold) this.openUntil = this.now() + this.breaker.cooldownMs;
+      return;
+    }
+    this.consecutiveFailures = 0;
+    this.lastAttemptFailed = false;
+    this.latencyMs = this.latencyMs === 0 ? outcome.durationMs : this.latencyMs * 0.8 + outcome.durationMs * 0.2;
+  }
+
+  close(): Promise<void> {
+    return this.pool.close();
+  }
+
+  /** Closes at once, failing whatever is still in flight. */
+  destroy(): Promise<void> {
+    return this.pool.destroy();
+  }
+}
+
+function interpretBody(
+  text: string,
+  requestId: number,
+  checkResult: (result: unknown) => string | undefined,
+  durationMs: number,
+): AttemptOutcome {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return { kind: 'failure', reason: 'invalid_json', timedOut: false, durationMs };
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
+    return { kind: 'failure', reason: 'invalid_response', timedOut: false, durationMs };
+  }
+  const envelope = parsed as { id?: unknown; result?: unknown; error?: unknown };
+  if (envelope.id !== requestId) return { kind: 'failure', reason: 'mismatched_id', timedOut: false, durationMs };
+  if (envelope.error !== undefined) {
+    const error = envelope.error as Partial<JsonRpcErrorObject> | null;
+    if (error === null || typeof error !== 'object' || typeof error.code !== 'number' || typeof error.message !== 'string') {
+      return { kind: 'failure', reason: 'invalid_response', timedOut: false, durationMs };
+    }
+    if (FAILOVER_RPC_CODES.has(error.code)) {
+      return { kind: 'failure', reason: `rpc_error_${error.code}`, timedOut: false, durationMs };
+    }
+    const passed: JsonRpcErrorObject = { code: error.code, message: error.message };
+    if (error.data !== undefined) passed.data = error.data;
+    return { kind: 'rpc-error', error: passed, durationMs };
+  }
+  if (!('result' in envelope)) return { kind: 'failure', reason: 'invalid_response', timedOut: false, durationMs };
+  const problem = checkResult(envelope.result);
+  if (problem !== undefined) return { kind: 'failure', reason: problem.replaceAll(' ', '_'), timedOut: false, durationMs };
+  return { kind: 'result', result: envelope.result, durationMs };
+}
+
+function connectionFailureReason(error: unknown): string {
+  const code = (error as { code?: unknown }).code;
+  if (code === 'ECONNREFUSED') return 'connection_refused';
+  if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') return 'connection_reset';
+  if (typeof code === 'string') return `connection_error_${code}`;
+  return 'connection_error';
+}

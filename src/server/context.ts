@@ -1,0 +1,31 @@
+import type { Attempt } from '../routing/forward.js';
+import type { GatewayErrorCode } from '../errors.js';
+
+/**
+ * Everything one HTTP request went through, filled in stage by stage. The log line, the metrics
+ * and the response headers all read this one record, so they cannot disagree.
+ */
+export interface RequestContext {
+  requestId: string;
+  /** performance.now() at receive. */
+  startedAt: number;
+  networkId?: string;
+  teamId?: string;
+  keyId?: string;
+  methods: string[];
+  batchSize?: number;
+  httpStatus: number;
+  /** Credits charged for this request (all batch items together). */
+  creditsCharged: number;
+  /** The team's balance after this request, when known. */
+  creditsRemaining?: number;
+  cache?: 'hit' | 'miss';
+  upstream?: string;
+  attempts: Attempt[];
+  /** The gateway error of a request rejected as a whole (or of a single request's reply). */
+  errorCode?: GatewayErrorCode;
+}
+
+export function createRequestContext(requestId: string): RequestContext {
+  return { requestId, startedAt: performance.now(), methods: [], httpStatus: 200, creditsCharged: 0, attempts: [] };
+}

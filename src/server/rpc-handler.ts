@@ -1,0 +1,173 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { randomUUID } from 'node:crypto';
+import { GatewayError, toHttpStatus } from '../errors.js';
+import { errorReply, parseBody, serialiseReplies, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
+import type { Authenticator } from '../auth/authenticator.js';
+import type { GatewayConfig } from '../config/schema.js';
+import { redactKeyPath, type Logger } from '../logging/logger.js';
+import { createRequestContext, type RequestContext } from './context.js';
+import type { CallExecutor } from './call-executor.js';
+import type { NetworkRuntime, NetworkSet } from './network-runtime.js';
+
+/**
+ * The RPC listener's request handler. The stages of a request, in order:
+ *   receive → resolve network → authenticate → read + parse body → per item: validate →
+ *   (answer locally | forward with failover) → respond → log.
+ * A request rejected as a whole gets one JSON-RPC error object with its HTTP status (DESIGN §2).
+ */
+
+export interface RpcHandlerDeps {
+  server: GatewayConfig['server'];
+  networks: () => NetworkSet;
+  authenticator: Authenticator;
+  executor: CallExecutor;
+  logger: Logger;
+  /** Called once per finished request, after the response is written. */
+  onFinished?: (ctx: RequestContext) => void;
+}
+
+const REQUEST_ID_HEADER = /^[A-Za-z0-9._:-]{1,128}$/;
+
+class BodyTooLargeError extends Error {}
+
+async function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer> {
+  const declared = Number(req.headers['content-length']);
+  if (Number.isFinite(declared) && declared > maxBytes) throw new BodyTooLargeError();
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > maxBytes) throw new BodyTooLargeError();
+    chunks.push(chunk as Buffer);
+  }
+  return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
+}
+
+function isJsonContentType(header: string | undefined): boolean {
+  if (header === undefined) return false;
+  const mediaType = header.split(';', 1)[0]!.trim().toLowerCase();
+  return mediaType === 'application/json' || (mediaType.startsWith('application/') && mediaType.endsWith('+json'));
+}
+
+export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
+  const { server: serverConfig, logger } = deps;
+
+  function send(res: ServerResponse, ctx: RequestContext, status: number, body: Buffer | undefined, headers: Record<string, string> = {}): void {
+    ctx.httpStatus = status;
+    const responseHeaders: Record<string, string | number> = { 'x-request-id': ctx.requestId, ...headers };
+    if (body !== undefined) {
+      responseHeaders['content-type'] = 'application/json';
+      responseHeaders['content-length'] = body.length;
+    }
+    res.writeHead(status, responseHeaders);
+    res.end(body);
+  }
+
+  function reject(res: ServerResponse, ctx: RequestContext, error: GatewayError, id: Reply['id'] = null): void {
+    ctx.errorCode = error.code;
+    const headers: Record<string, string> = { ...error.headers };
+    send(res, ctx, toHttpStatus(error), serialiseReplies([errorReply(id, error)], false), headers);
+  }
+
+  async function handle(req: IncomingMessage, res: ServerResponse, ctx: RequestContext): Promise<void> {
+    // Resolve the network from Host + path; nothing in the body takes part.
+    const networks = deps.networks();
+    const resolved = networks.resolver.resolve(req.headers.host, req.url ?? '/');
+    if (resolved.kind === 'not-found') return reject(res, ctx, new GatewayError('TG_ERR_NOT_FOUND', resolved.reason));
+    const network: NetworkRuntime = resolved.kind === 'found' ? resolved.value.network : resolved.network;
+    ctx.networkId = network.config.id;
+    if (req.method !== 'POST') {
+      return reject(res, ctx, new GatewayError('TG_ERR_HTTP_METHOD', `method ${req.method ?? ''} not allowed: use POST`, undefined, { allow: 'POST' }));
+    }
+    if (resolved.kind === 'missing-key' || resolved.value.apiKey === undefined) {
+      return reject(res, ctx, new GatewayError('TG_ERR_MISSING_KEY'));
+    }
+    if (!isJsonContentType(req.headers['content-type'])) {
+      return reject(res, ctx, new GatewayError('TG_ERR_MEDIA_TYPE'));
+    }
+
+    // Authenticate before reading the body: unknown keys cost no parsing.
+    const { key, team } = await deps.authenticator.authenticate(resolved.value.apiKey, network.config.id);
+    ctx.keyId = key.id;
+    ctx.teamId = team.id;
+
+    let body: Buffer;
+    try {
+      body = await readBody(req, serverConfig.maxBodyBytes);
+    } catch (error) {
+      if (error instanceof BodyTooLargeError) {
+        res.setHeader('connection', 'close');
+        return reject(res, ctx, new GatewayError('TG_ERR_BODY_TOO_LARGE', `request body larger than ${serverConfig.maxBodyBytes} bytes`));
+      }
+      throw error;
+    }
+
+    const parsed = parseBody(body, serverConfig.maxBatchItems);
+    if (parsed.kind === 'rejected') return reject(res, ctx, parsed.error);
+
+    const deadline = Date.now() + network.config.requestTimeoutMs;
+    const items = parsed.kind === 'single' ? [parsed.item] : parsed.items;
+    if (parsed.kind === 'batch') ctx.batchSize = items.length;
+    for (const item of items) if (item.kind !== 'invalid') ctx.methods.push(item.method);
+
+    const replies = await Promise.all(items.map((item) => executeItem(item, network, ctx, deadline)));
+    const answered = replies.filter((reply): reply is Reply => reply !== undefined);
+    if (answered.length === 0) return send(res, ctx, 204, undefined); // notifications only
+
+    let status = 200;
+    if (parsed.kind === 'single') {
+      const reply = answered[0]!;
+      if ('error' in reply && reply.gatewayError !== undefined) {
+        ctx.errorCode = reply.gatewayError.code;
+        status = toHttpStatus(reply.gatewayError);
+      }
+    }
+    send(res, ctx, status, serialiseReplies(answered, parsed.kind === 'batch'));
+  }
+
+  function executeItem(item: RequestItem, network: NetworkRuntime, ctx: RequestContext, deadline: number): Promise<Reply | undefined> | Reply | undefined {
+    switch (item.kind) {
+      case 'notification':
+        return undefined;
+      case 'invalid':
+        return errorReply(item.id, item.error);
+      case 'call':
+        return deps.executor.execute(item, network, ctx, deadline);
+    }
+  }
+
+  return (req, res) => {
+    const incomingId = req.headers['x-request-id'];
+    const requestId = typeof incomingId === 'string' && REQUEST_ID_HEADER.test(incomingId) ? incomingId : randomUUID();
+    const ctx = createRequestContext(requestId);
+    handle(req, res, ctx)
+      .catch((error: unknown) => {
+        if (error instanceof GatewayError) return reject(res, ctx, error);
+        logger.error({ err: error, requestId }, 'request failed unexpectedly');
+        if (!res.headersSent) reject(res, ctx, new GatewayError('TG_ERR_INTERNAL'));
+        else res.destroy();
+      })
+      .finally(() => {
+        logger.info(
+          {
+            requestId: ctx.requestId,
+            path: redactKeyPath(req.url ?? ''),
+            network: ctx.networkId,
+            teamId: ctx.teamId,
+            keyId: ctx.keyId,
+            methods: ctx.methods,
+            batchSize: ctx.batchSize,
+            status: ctx.httpStatus,
+            error: ctx.errorCode,
+            credits: ctx.creditsCharged,
+            cache: ctx.cache,
+            upstream: ctx.upstream,
+            attempts: ctx.attempts.length > 0 ? ctx.attempts : undefined,
+            durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
+          },
+          'request',
+        );
+        deps.onFinished?.(ctx);
+      });
+  };
+}

@@ -1,0 +1,14 @@
+import type { StoreConfig } from '../config/schema.js';
+import { createSqliteStore } from './sqlite-store.js';
+import type { Store } from './types.js';
+
+export type { Store, Team, ApiKey, KeyWithTeam, NewKey, NewTeam } from './types.js';
+export { StoreConflictError } from './types.js';
+
+/** Opens the store the config names; the only place that knows which drivers exist. */
+export async function openStore(config: StoreConfig, options: { now?: () => number } = {}): Promise<Store> {
+  switch (config.driver) {
+    case 'sqlite':
+      return createSqliteStore({ path: config.path, ...options });
+  }
+}
