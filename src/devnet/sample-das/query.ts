@@ -181,7 +181,7 @@ export function queryAssetsByGroup(index: SampleDasIndex, query: AssetsByGroupQu
     return result;
   }
 
-  const start = query.cursor === undefined ? 0 : countUpTo(listing, decodeKey(query.cursor, 'Cursor'), sign, false);
+  const start = query.cursor === undefined ? 0 : countUpTo(listing, decodeKey(query.cursor, 'Cursor'), sign, true);
   const items = listing.slice(start, start + limit).map((entry) => entry.asset);
   const result: AssetsByGroupResult = { total, limit, items };
   const last = items[items.length - 1];
