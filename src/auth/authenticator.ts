@@ -56,7 +56,9 @@ export function createAuthenticator(store: Store, options: AuthenticatorOptions)
     async authenticate(secret, networkId) {
       const { found } = await lookup(hashSecret(secret));
       if (found === null) throw new GatewayError('TG_ERR_INVALID_KEY');
-      const { key } = found;
+      const { key, secretValidUntil } = found;
+      // A rotated-out secret works until its grace period ends.
+      if (secretValidUntil !== null && secretValidUntil <= now()) throw new GatewayError('TG_ERR_INVALID_KEY');
       if (key.revokedAt !== null && key.revokedAt <= now()) throw new GatewayError('TG_ERR_INVALID_KEY');
       if (key.expiresAt !== null && key.expiresAt <= now()) throw new GatewayError('TG_ERR_INVALID_KEY');
       if (key.allowedNetworks !== null && !key.allowedNetworks.includes(networkId)) {

@@ -1,13 +1,40 @@
 import Database from 'better-sqlite3';
 import { mkdirSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { dirname } from 'node:path';
+import { randomBytes } from 'node:crypto';
 import { newId } from './ids.js';
-import { StoreConflictError, type ApiKey, type KeyWithTeam, type NewKey, type NewTeam, type Store, type Team } from './types.js';
+import { createThroughputLimiter } from './throughput.js';
+import {
+  StoreConflictError,
+  type ApiKey,
+  type ChargeSubject,
+  type KeyPatch,
+  type KeyWithTeam,
+  type LedgerOp,
+  type LedgerResult,
+  type NewKey,
+  type NewTeam,
+  type Store,
+  type Team,
+  type TeamPatch,
+  type UsageRow,
+} from './types.js';
 
 /**
- * The embedded store: one SQLite file in WAL mode, safe for one gateway process or several on
- * one host (writers wait up to `busy_timeout`). better-sqlite3 is synchronous; its calls are
- * wrapped in resolved promises to honour the async {@link Store} interface.
+ * The embedded store: one SQLite file in WAL mode, for one gateway process or several on one
+ * host (writers take the database lock with `BEGIN IMMEDIATE` and wait up to `busy_timeout`).
+ * better-sqlite3 is synchronous; its calls are wrapped in promises to honour the async
+ * {@link Store} interface.
+ *
+ * Ledger: `team_days`/`key_days` hold what a team or key has spent or reserved on a UTC day, so
+ * a reservation is one read and one write instead of a sum over usage rows; `usage` holds settled
+ * charges by team, key, day, network and method; `reservations` holds credits held for calls in
+ * flight, tagged with the owning process so a restart can refund those of a process that died.
+ * Invariant: team_days.used = Σ usage.credits + Σ reservations.cost for that team and day.
+ *
+ * The credits-per-second limiter is in process memory with this driver: with several processes
+ * on one host each enforces the limit on its own traffic (the Redis driver shares it).
  */
 
 const SCHEMA = `
@@ -22,7 +49,6 @@ CREATE TABLE IF NOT EXISTS api_keys (
   id TEXT PRIMARY KEY,
   team_id TEXT NOT NULL REFERENCES teams(id),
   label TEXT,
-  secret_hash TEXT NOT NULL UNIQUE,
   daily_cap INTEGER,
   allowed_networks TEXT,
   expires_at INTEGER,
@@ -30,6 +56,46 @@ CREATE TABLE IF NOT EXISTS api_keys (
   created_at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS api_keys_team ON api_keys(team_id);
+CREATE TABLE IF NOT EXISTS key_secrets (
+  secret_hash TEXT PRIMARY KEY,
+  key_id TEXT NOT NULL REFERENCES api_keys(id),
+  valid_until INTEGER
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS key_secrets_key ON key_secrets(key_id);
+CREATE TABLE IF NOT EXISTS team_days (
+  team_id TEXT NOT NULL,
+  day TEXT NOT NULL,
+  used INTEGER NOT NULL,
+  PRIMARY KEY (team_id, day)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS key_days (
+  key_id TEXT NOT NULL,
+  day TEXT NOT NULL,
+  used INTEGER NOT NULL,
+  PRIMARY KEY (key_id, day)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS usage (
+  team_id TEXT NOT NULL,
+  key_id TEXT NOT NULL,
+  day TEXT NOT NULL,
+  network TEXT NOT NULL,
+  method TEXT NOT NULL,
+  credits INTEGER NOT NULL,
+  requests INTEGER NOT NULL,
+  PRIMARY KEY (team_id, day, key_id, network, method)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS usage_key ON usage(key_id, day);
+CREATE TABLE IF NOT EXISTS reservations (
+  id TEXT PRIMARY KEY,
+  owner TEXT NOT NULL,
+  team_id TEXT NOT NULL,
+  key_id TEXT NOT NULL,
+  day TEXT NOT NULL,
+  network TEXT NOT NULL,
+  method TEXT NOT NULL,
+  cost INTEGER NOT NULL,
+  created_at INTEGER NOT NULL
+) WITHOUT ROWID;
 `;
 
 interface TeamRow {
@@ -49,6 +115,15 @@ interface KeyRow {
   expires_at: number | null;
   revoked_at: number | null;
   created_at: number;
+}
+
+interface ReservationRow {
+  team_id: string;
+  key_id: string;
+  day: string;
+  network: string;
+  method: string;
+  cost: number;
 }
 
 function toTeam(row: TeamRow): Team {
@@ -94,9 +169,30 @@ export function openSqliteDatabase(path: string): Database.Database {
   return db;
 }
 
+/** `host:pid:nonce`: which process holds a reservation, so a restart can tell the dead from the living. */
+function processOwnerTag(): string {
+  return `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+}
+
+function isOwnerDead(owner: string, self: string): boolean {
+  if (owner === self) return false;
+  const [host, pidText] = owner.split(':');
+  if (host !== hostname()) return false; // another host's process: only the age rule applies
+  const pid = Number(pidText);
+  if (pid === process.pid) return true; // our pid, but another nonce: a previous life of this pid
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'ESRCH';
+  }
+}
+
 export function createSqliteStore(options: SqliteStoreOptions): Store {
   const db = openSqliteDatabase(options.path);
   const now = options.now ?? Date.now;
+  const owner = processOwnerTag();
+  const throughput = createThroughputLimiter();
   const statements = {
     insertTeam: db.prepare<[string, string, number, number | null, number]>(
       'INSERT INTO teams (id, name, daily_credits, credits_per_second, created_at) VALUES (?, ?, ?, ?, ?)',
@@ -104,16 +200,221 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
     teamByIdOrName: db.prepare<[string, string], TeamRow>(`SELECT ${TEAM_COLUMNS} FROM teams WHERE id = ? OR name = ?`),
     teamById: db.prepare<[string], TeamRow>(`SELECT ${TEAM_COLUMNS} FROM teams WHERE id = ?`),
     listTeams: db.prepare<[], TeamRow>(`SELECT ${TEAM_COLUMNS} FROM teams ORDER BY created_at, name`),
-    insertKey: db.prepare(
-      `INSERT INTO api_keys (id, team_id, label, secret_hash, daily_cap, allowed_networks, expires_at, revoked_at, created_at)
-       VALUES (@id, @teamId, @label, @secretHash, @dailyCap, @allowedNetworks, @expiresAt, NULL, @createdAt)`,
+    updateTeam: db.prepare(
+      `UPDATE teams SET
+         daily_credits = COALESCE(@dailyCredits, daily_credits),
+         credits_per_second = CASE WHEN @setCreditsPerSecond THEN @creditsPerSecond ELSE credits_per_second END
+       WHERE id = @id`,
     ),
-    keyBySecretHash: db.prepare<[string], KeyRow>(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE secret_hash = ?`),
+    insertKey: db.prepare(
+      `INSERT INTO api_keys (id, team_id, label, daily_cap, allowed_networks, expires_at, revoked_at, created_at)
+       VALUES (@id, @teamId, @label, @dailyCap, @allowedNetworks, @expiresAt, NULL, @createdAt)`,
+    ),
+    insertSecret: db.prepare<[string, string]>('INSERT INTO key_secrets (secret_hash, key_id, valid_until) VALUES (?, ?, NULL)'),
+    expireSecrets: db.prepare<[number, string]>(
+      'UPDATE key_secrets SET valid_until = MIN(COALESCE(valid_until, ?1), ?1) WHERE key_id = ?2',
+    ),
+    keyBySecretHash: db.prepare<[string], KeyRow & { valid_until: number | null }>(
+      `SELECT k.id, k.team_id, k.label, k.daily_cap, k.allowed_networks, k.expires_at, k.revoked_at, k.created_at, s.valid_until
+       FROM key_secrets s JOIN api_keys k ON k.id = s.key_id WHERE s.secret_hash = ?`,
+    ),
     keyById: db.prepare<[string], KeyRow>(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE id = ?`),
     listKeys: db.prepare<[], KeyRow>(`SELECT ${KEY_COLUMNS} FROM api_keys ORDER BY created_at, id`),
     listKeysOfTeam: db.prepare<[string], KeyRow>(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE team_id = ? ORDER BY created_at, id`),
     revokeKey: db.prepare<[number, string]>('UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?'),
+    updateKey: db.prepare(
+      `UPDATE api_keys SET
+         label = CASE WHEN @setLabel THEN @label ELSE label END,
+         daily_cap = CASE WHEN @setDailyCap THEN @dailyCap ELSE daily_cap END,
+         allowed_networks = CASE WHEN @setAllowedNetworks THEN @allowedNetworks ELSE allowed_networks END,
+         expires_at = CASE WHEN @setExpiresAt THEN @expiresAt ELSE expires_at END
+       WHERE id = @id`,
+    ),
+    teamUsed: db.prepare<[string, string], { used: number }>('SELECT used FROM team_days WHERE team_id = ? AND day = ?'),
+    keyUsed: db.prepare<[string, string], { used: number }>('SELECT used FROM key_days WHERE key_id = ? AND day = ?'),
+    addTeamUsed: db.prepare<[string, string, number]>(
+      'INSERT INTO team_days (team_id, day, used) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET used = used + excluded.used',
+    ),
+    addKeyUsed: db.prepare<[string, string, number]>(
+      'INSERT INTO key_days (key_id, day, used) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET used = used + excluded.used',
+    ),
+    addUsage: db.prepare<[string, string, string, string, string, number, number]>(
+      `INSERT INTO usage (team_id, key_id, day, network, method, credits, requests) VALUES (?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT DO UPDATE SET credits = credits + excluded.credits, requests = requests + excluded.requests`,
+    ),
+    insertReservation: db.prepare(
+      `INSERT INTO reservations (id, owner, team_id, key_id, day, network, method, cost, created_at)
+       VALUES (@id, @owner, @teamId, @keyId, @day, @network, @method, @cost, @createdAt)`,
+    ),
+    takeReservation: db.prepare<[string], ReservationRow>(
+      'DELETE FROM reservations WHERE id = ? RETURNING team_id, key_id, day, network, method, cost',
+    ),
+    reservationOwners: db.prepare<[], { owner: string }>('SELECT DISTINCT owner FROM reservations'),
+    takeReservationsOfOwner: db.prepare<[string], ReservationRow>(
+      'DELETE FROM reservations WHERE owner = ? RETURNING team_id, key_id, day, network, method, cost',
+    ),
+    takeReservationsOlderThan: db.prepare<[number], ReservationRow>(
+      'DELETE FROM reservations WHERE created_at < ? RETURNING team_id, key_id, day, network, method, cost',
+    ),
   };
+
+  /**
+   * Applies a batch of ledger operations in one IMMEDIATE transaction. Day totals are read once
+   * per team/key and kept in maps while the batch is decided in order; usage rows are summed per
+   * (team, key, day, network, method) and written once each, so a turn of 100 cache hits on one
+   * key costs three small writes.
+   */
+  const applyLedgerBatch = db.transaction((ops: readonly LedgerOp[]): LedgerResult[] => {
+    const teamUsed = new Map<string, number>();
+    const keyUsed = new Map<string, number>();
+    const teamDelta = new Map<string, number>();
+    const keyDelta = new Map<string, number>();
+    const usageDelta = new Map<string, { row: Omit<UsageRow, 'credits' | 'requests'>; credits: number; requests: number }>();
+
+    const teamDayKey = (teamId: string, day: string) => `${teamId}\u0000${day}`;
+    const readTeamUsed = (teamId: string, day: string): number => {
+      const key = teamDayKey(teamId, day);
+      let used = teamUsed.get(key);
+      if (used === undefined) {
+        used = statements.teamUsed.get(teamId, day)?.used ?? 0;
+        teamUsed.set(key, used);
+      }
+      return used;
+    };
+    const readKeyUsed = (keyId: string, day: string): number => {
+      const key = teamDayKey(keyId, day);
+      let used = keyUsed.get(key);
+      if (used === undefined) {
+        used = statements.keyUsed.get(keyId, day)?.used ?? 0;
+        keyUsed.set(key, used);
+      }
+      return used;
+    };
+    const addSpend = (teamId: string, keyId: string, day: string, credits: number) => {
+      const teamKey = teamDayKey(teamId, day);
+      const keyKey = teamDayKey(keyId, day);
+      teamUsed.set(teamKey, readTeamUsed(teamId, day) + credits);
+      keyUsed.set(keyKey, readKeyUsed(keyId, day) + credits);
+      teamDelta.set(teamKey, (teamDelta.get(teamKey) ?? 0) + credits);
+      keyDelta.set(keyKey, (keyDelta.get(keyKey) ?? 0) + credits);
+    };
+    const addUsage = (row: ReservationRow | (ChargeSubject & { cost: number })) => {
+      const { teamId, keyId } = 'teamId' in row ? row : { teamId: row.team_id, keyId: row.key_id };
+      const key = [teamId, keyId, row.day, row.network, row.method].join('\u0000');
+      const entry = usageDelta.get(key);
+      if (entry === undefined) {
+        usageDelta.set(key, { row: { teamId, keyId, day: row.day, network: row.network, method: row.method }, credits: row.cost, requests: 1 });
+      } else {
+        entry.credits += row.cost;
+        entry.requests += 1;
+      }
+    };
+    /** Quota and throughput checks; consumes throughput only when the whole op is allowed. */
+    const admit = (subject: ChargeSubject, nowMs: number): LedgerResult => {
+      const used = readTeamUsed(subject.teamId, subject.day);
+      if (used + subject.cost > subject.teamDailyCredits) {
+        return { ok: false, reason: 'daily_credits_exhausted', scope: 'team', limit: subject.teamDailyCredits, used, teamUsed: used };
+      }
+      if (subject.keyDailyCap !== null) {
+        const keyUsedToday = readKeyUsed(subject.keyId, subject.day);
+        if (keyUsedToday + subject.cost > subject.keyDailyCap) {
+          return { ok: false, reason: 'daily_credits_exhausted', scope: 'key', limit: subject.keyDailyCap, used: keyUsedToday, teamUsed: used };
+        }
+      }
+      if (subject.teamCreditsPerSecond !== null) {
+        const retryAfterMs = throughput.take(subject.teamId, subject.cost, subject.teamCreditsPerSecond, nowMs);
+        if (retryAfterMs > 0) return { ok: false, reason: 'rate_limited', retryAfterMs, teamUsed: used };
+      }
+      addSpend(subject.teamId, subject.keyId, subject.day, subject.cost);
+      return { ok: true, teamUsed: used + subject.cost };
+    };
+
+    const results = ops.map((op): LedgerResult => {
+      switch (op.type) {
+        case 'peek':
+          return { ok: true, teamUsed: readTeamUsed(op.teamId, op.day) };
+        case 'charge': {
+          const result = admit(op.subject, op.nowMs);
+          if (result.ok) addUsage(op.subject);
+          return result;
+        }
+        case 'reserve': {
+          const result = admit(op.subject, op.nowMs);
+          if (result.ok) {
+            const { subject } = op;
+            statements.insertReservation.run({
+              id: op.reservationId,
+              owner,
+              teamId: subject.teamId,
+              keyId: subject.keyId,
+              day: subject.day,
+              network: subject.network,
+              method: subject.method,
+              cost: subject.cost,
+              createdAt: op.nowMs,
+            });
+          }
+          return result;
+        }
+        case 'settle': {
+          const row = statements.takeReservation.get(op.reservationId);
+          if (row === undefined) return { ok: true, teamUsed: 0 };
+          addUsage(row);
+          return { ok: true, teamUsed: readTeamUsed(row.team_id, row.day) };
+        }
+        case 'refund': {
+          const row = statements.takeReservation.get(op.reservationId);
+          if (row === undefined) return { ok: true, teamUsed: 0 };
+          addSpend(row.team_id, row.key_id, row.day, -row.cost);
+          return { ok: true, teamUsed: readTeamUsed(row.team_id, row.day) };
+        }
+      }
+    });
+
+    for (const [key, delta] of teamDelta) {
+      if (delta === 0) continue;
+      const [teamId, day] = key.split('\u0000') as [string, string];
+      statements.addTeamUsed.run(teamId, day, delta);
+    }
+    for (const [key, delta] of keyDelta) {
+      if (delta === 0) continue;
+      const [keyId, day] = key.split('\u0000') as [string, string];
+      statements.addKeyUsed.run(keyId, day, delta);
+    }
+    for (const { row, credits, requests } of usageDelta.values()) {
+      statements.addUsage.run(row.teamId, row.keyId, row.day, row.network, row.method, credits, requests);
+    }
+    return results;
+  });
+
+  const refundRows = db.transaction((rows: ReservationRow[]) => {
+    for (const row of rows) {
+      statements.addTeamUsed.run(row.team_id, row.day, -row.cost);
+      statements.addKeyUsed.run(row.key_id, row.day, -row.cost);
+    }
+  });
+
+  const recover = db.transaction((olderThanMs: number): number => {
+    const taken: ReservationRow[] = [];
+    for (const { owner: other } of statements.reservationOwners.all()) {
+      if (isOwnerDead(other, owner)) taken.push(...statements.takeReservationsOfOwner.all(other));
+    }
+    taken.push(...statements.takeReservationsOlderThan.all(now() - olderThanMs));
+    refundRows(taken);
+    return taken.length;
+  });
+
+  const rotate = db.transaction((id: string, newSecretHash: string, previousValidUntil: number): boolean => {
+    if (statements.keyById.get(id) === undefined) return false;
+    statements.expireSecrets.run(previousValidUntil, id);
+    statements.insertSecret.run(newSecretHash, id);
+    return true;
+  });
+
+  const insertKeyWithSecret = db.transaction((row: Record<string, unknown>, secretHash: string) => {
+    statements.insertKey.run(row);
+    statements.insertSecret.run(secretHash, row.id as string);
+  });
 
   return {
     async createTeam(team: NewTeam) {
@@ -141,19 +442,30 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
     async listTeams() {
       return statements.listTeams.all().map(toTeam);
     },
+    async updateTeam(id, patch: TeamPatch) {
+      statements.updateTeam.run({
+        id,
+        dailyCredits: patch.dailyCredits ?? null,
+        setCreditsPerSecond: patch.creditsPerSecond !== undefined ? 1 : 0,
+        creditsPerSecond: patch.creditsPerSecond ?? null,
+      });
+      const row = statements.teamById.get(id);
+      return row === undefined ? null : toTeam(row);
+    },
     async createKey(key: NewKey) {
       const id = newId('key');
-      const createdAt = now();
-      statements.insertKey.run({
-        id,
-        teamId: key.teamId,
-        label: key.label ?? null,
-        secretHash: key.secretHash,
-        dailyCap: key.dailyCap ?? null,
-        allowedNetworks: key.allowedNetworks == null ? null : JSON.stringify(key.allowedNetworks),
-        expiresAt: key.expiresAt ?? null,
-        createdAt,
-      });
+      insertKeyWithSecret(
+        {
+          id,
+          teamId: key.teamId,
+          label: key.label ?? null,
+          dailyCap: key.dailyCap ?? null,
+          allowedNetworks: key.allowedNetworks == null ? null : JSON.stringify(key.allowedNetworks),
+          expiresAt: key.expiresAt ?? null,
+          createdAt: now(),
+        },
+        key.secretHash,
+      );
       return toKey(statements.keyById.get(id)!);
     },
     async findKeyBySecretHash(secretHash): Promise<KeyWithTeam | null> {
@@ -161,7 +473,7 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
       if (keyRow === undefined) return null;
       const teamRow = statements.teamById.get(keyRow.team_id);
       if (teamRow === undefined) return null;
-      return { key: toKey(keyRow), team: toTeam(teamRow) };
+      return { key: toKey(keyRow), team: toTeam(teamRow), secretValidUntil: keyRow.valid_until };
     },
     async listKeys(filter = {}) {
       const rows = filter.teamId === undefined ? statements.listKeys.all() : statements.listKeysOfTeam.all(filter.teamId);
@@ -173,6 +485,57 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
     },
     async revokeKey(id, at) {
       return statements.revokeKey.run(at, id).changes > 0;
+    },
+    async updateKey(id, patch: KeyPatch) {
+      statements.updateKey.run({
+        id,
+        setLabel: patch.label !== undefined ? 1 : 0,
+        label: patch.label ?? null,
+        setDailyCap: patch.dailyCap !== undefined ? 1 : 0,
+        dailyCap: patch.dailyCap ?? null,
+        setAllowedNetworks: patch.allowedNetworks !== undefined ? 1 : 0,
+        allowedNetworks: patch.allowedNetworks == null ? null : JSON.stringify(patch.allowedNetworks),
+        setExpiresAt: patch.expiresAt !== undefined ? 1 : 0,
+        expiresAt: patch.expiresAt ?? null,
+      });
+      const row = statements.keyById.get(id);
+      return row === undefined ? null : toKey(row);
+    },
+    async rotateKey(id, newSecretHash, previousValidUntil) {
+      return rotate(id, newSecretHash, previousValidUntil);
+    },
+    async applyLedger(ops) {
+      return applyLedgerBatch.immediate(ops);
+    },
+    async usage(query) {
+      const conditions = ['day >= ?', 'day <= ?'];
+      const params: string[] = [query.fromDay, query.toDay];
+      if (query.teamId !== undefined) {
+        conditions.push('team_id = ?');
+        params.push(query.teamId);
+      }
+      if (query.keyId !== undefined) {
+        conditions.push('key_id = ?');
+        params.push(query.keyId);
+      }
+      const rows = db
+        .prepare<string[], { day: string; team_id: string; key_id: string; network: string; method: string; credits: number; requests: number }>(
+          `SELECT day, team_id, key_id, network, method, credits, requests FROM usage
+           WHERE ${conditions.join(' AND ')} ORDER BY day, team_id, key_id, network, method`,
+        )
+        .all(...params);
+      return rows.map((row) => ({
+        day: row.day,
+        teamId: row.team_id,
+        keyId: row.key_id,
+        network: row.network,
+        method: row.method,
+        credits: row.credits,
+        requests: row.requests,
+      }));
+    },
+    async recoverReservations(olderThanMs) {
+      return recover.immediate(olderThanMs);
     },
     async close() {
       db.close();

@@ -32,6 +32,8 @@ export interface ApiKey {
 export interface KeyWithTeam {
   key: ApiKey;
   team: Team;
+  /** Epoch ms after which the secret used stops working (set when the key is rotated), or null. */
+  secretValidUntil: number | null;
 }
 
 export interface NewTeam {
@@ -64,10 +66,93 @@ export interface Store {
   findKey(id: string): Promise<ApiKey | null>;
   /** Marks a key revoked; false if there is no such key. */
   revokeKey(id: string, at: number): Promise<boolean>;
+  updateTeam(id: string, patch: TeamPatch): Promise<Team | null>;
+  updateKey(id: string, patch: KeyPatch): Promise<ApiKey | null>;
+  /**
+   * Gives a key a new secret. Its current secrets stay valid until `previousValidUntil`
+   * (epoch ms; `at` for no grace period). False if there is no such key.
+   */
+  rotateKey(id: string, newSecretHash: string, previousValidUntil: number): Promise<boolean>;
+
+  /** Applies ledger operations in order; one result per operation. */
+  applyLedger(ops: readonly LedgerOp[]): Promise<LedgerResult[]>;
+  usage(query: UsageQuery): Promise<UsageRow[]>;
+  /**
+   * Refunds reservations that can no longer settle: those of gateway processes that died
+   * (checked at start-up) and any older than `olderThanMs`. Returns how many were refunded.
+   */
+  recoverReservations(olderThanMs: number): Promise<number>;
   close(): Promise<void>;
 }
 
 /** Thrown for store-level conflicts such as a duplicate team name. */
 export class StoreConflictError extends Error {
   override name = 'StoreConflictError';
+}
+
+/** Who is charged for one call, and the limits that apply, as known when the call arrived. */
+export interface ChargeSubject {
+  teamId: string;
+  keyId: string;
+  network: string;
+  method: string;
+  cost: number;
+  /** The UTC day (`YYYY-MM-DD`) the charge belongs to. */
+  day: string;
+  teamDailyCredits: number;
+  keyDailyCap: number | null;
+  teamCreditsPerSecond: number | null;
+}
+
+/**
+ * One ledger operation. Operations are applied in order, atomically per operation, and a batch
+ * of them (everything one event-loop turn produced) is applied in one store round trip.
+ */
+export type LedgerOp =
+  /** Hold credits before an upstream call; settled or refunded later by `reservationId`. */
+  | { type: 'reserve'; reservationId: string; subject: ChargeSubject; nowMs: number }
+  /** Reserve and settle at once: answers known before any upstream call (cache hits, local answers). */
+  | { type: 'charge'; subject: ChargeSubject; nowMs: number }
+  /** The call was answered: the reserved credits become a charge in the usage ledger. */
+  | { type: 'settle'; reservationId: string }
+  /** The call cost nothing after all (every upstream failed): give the credits back. */
+  | { type: 'refund'; reservationId: string }
+  /** Read the team's spend of a day without changing anything (for X-Credits-Remaining). */
+  | { type: 'peek'; teamId: string; day: string };
+
+export type LedgerResult =
+  | { ok: true; teamUsed: number }
+  | { ok: false; reason: 'daily_credits_exhausted'; scope: 'team' | 'key'; limit: number; used: number; teamUsed: number }
+  | { ok: false; reason: 'rate_limited'; retryAfterMs: number; teamUsed: number };
+
+export interface UsageQuery {
+  teamId?: string;
+  keyId?: string;
+  /** Inclusive UTC days, `YYYY-MM-DD`. */
+  fromDay: string;
+  toDay: string;
+}
+
+export interface UsageRow {
+  day: string;
+  teamId: string;
+  keyId: string;
+  network: string;
+  method: string;
+  /** Credits charged. */
+  credits: number;
+  /** Requests charged (answered calls). */
+  requests: number;
+}
+
+export interface TeamPatch {
+  dailyCredits?: number;
+  creditsPerSecond?: number | null;
+}
+
+export interface KeyPatch {
+  dailyCap?: number | null;
+  allowedNetworks?: string[] | null;
+  expiresAt?: number | null;
+  label?: string | null;
 }
