@@ -99,6 +99,33 @@ export const configSchema = z
       })
       .prefault({}),
     store: storeSchema.prefault({ driver: 'sqlite' }),
+    cache: z
+      .strictObject({
+        /** Byte bound of the `eth_getBlockByHash` cache (result bytes plus per-entry overhead); 0 disables it. */
+        maxBytes: z.number().int().min(0).default(256 * 1024 * 1024),
+      })
+      .prefault({}),
+    credits: z
+      .strictObject({
+        /**
+         * A reservation older than this is refunded by the periodic sweep: its request can no
+         * longer be running (requests are bounded by their network's deadline).
+         */
+        staleReservationMs: positiveInt.default(10 * 60_000),
+      })
+      .prefault({}),
+    admin: z
+      .strictObject({
+        /** Admin listener (admin API, /metrics, /healthz, /readyz). Keep it on a private interface. */
+        host: z.string().default('127.0.0.1'),
+        port: port.default(8081),
+        /**
+         * Bearer token of the admin API and /metrics (use `${ENV}`). Without one, every admin
+         * route answers 401; /healthz and /readyz stay open for probes.
+         */
+        token: z.string().min(16, 'use at least 16 characters').optional(),
+      })
+      .prefault({}),
     networks: z.array(networkSchema).min(1),
   })
   .superRefine((config, ctx) => {

@@ -1,38 +1,154 @@
 import { GatewayError } from '../errors.js';
-import { errorReply, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
+import { errorReply, type JsonRpcId, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
 import type { PreparedCall } from '../methods/registry.js';
+import type { BlockCache } from '../cache/block-cache.js';
+import { createSingleFlight } from '../cache/single-flight.js';
+import type { Meter } from '../metering/meter.js';
+import { nextUtcMidnight, utcDay } from '../metering/meter.js';
+import type { ForwardOutcome } from '../routing/forward.js';
+import type { ChargeSubject, KeyWithTeam, LedgerResult } from '../store/index.js';
 import type { RequestContext } from './context.js';
 import type { NetworkRuntime } from './network-runtime.js';
 
 /**
- * One JSON-RPC call, from validated params to a reply: validate → answer locally, or forward
- * with failover. Every failure becomes a reply; nothing here throws.
+ * One JSON-RPC call, from params to reply:
+ *   validate → (cache hit | local answer → charge) or (reserve → forward with failover → settle | refund).
+ * Charging rule (DESIGN §3): answered calls (results, `null`, cache hits, upstream JSON-RPC
+ * errors) cost their price; rejected calls and calls every upstream failed cost nothing. Every
+ * failure becomes a reply; nothing here throws except a store outage.
  */
 
+export type CallItem = Extract<RequestItem, { kind: 'call' }>;
+
 export interface CallExecutor {
-  execute(item: Extract<RequestItem, { kind: 'call' }>, network: NetworkRuntime, ctx: RequestContext, deadline: number): Promise<Reply>;
+  execute(item: CallItem, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): Promise<Reply>;
 }
 
-export function createCallExecutor(): CallExecutor {
-  async function answer(call: PreparedCall, network: NetworkRuntime, ctx: RequestContext, deadline: number, id: Reply['id']): Promise<Reply> {
-    if (call.kind === 'local') return { id, result: JSON.stringify(call.result) };
-    const outcome = await network.forwarder.forward(call, deadline);
+export interface CallExecutorDeps {
+  meter: Meter;
+  cache: BlockCache;
+  now: () => number;
+  onCacheLookup?: (network: string, hit: boolean) => void;
+}
+
+function subjectOf(call: PreparedCall, network: NetworkRuntime, auth: KeyWithTeam, nowMs: number): ChargeSubject {
+  return {
+    teamId: auth.team.id,
+    keyId: auth.key.id,
+    network: network.config.id,
+    method: call.method,
+    cost: call.cost,
+    day: utcDay(nowMs),
+    teamDailyCredits: auth.team.dailyCredits,
+    keyDailyCap: auth.key.dailyCap,
+    teamCreditsPerSecond: auth.team.creditsPerSecond,
+  };
+}
+
+/** The error a refused ledger operation becomes (402 or 429 for a single request). */
+function refusal(result: Extract<LedgerResult, { ok: false }>, subject: ChargeSubject, nowMs: number): GatewayError {
+  if (result.reason === 'rate_limited') {
+    return new GatewayError('TG_ERR_RATE_LIMITED', undefined, { reason: 'rate_limited', retryAfterMs: result.retryAfterMs }, {
+      'retry-after': String(Math.max(1, Math.ceil(result.retryAfterMs / 1000))),
+    });
+  }
+  const resetsAt = nextUtcMidnight(nowMs);
+  const message = result.scope === 'key' ? 'daily credit cap of this API key exhausted' : 'daily credit balance exhausted';
+  return new GatewayError(
+    'TG_ERR_CREDITS_EXHAUSTED',
+    message,
+    { reason: 'daily_credits_exhausted', scope: result.scope, limit: result.limit, used: result.used, cost: subject.cost, resetsAt: new Date(resetsAt).toISOString() },
+    { 'retry-after': String(Math.max(1, Math.ceil((resetsAt - nowMs) / 1000))) },
+  );
+}
+
+/** A forwarded call's outcome with the result already serialised (once, shared by single-flight followers). */
+type Answer =
+  | { kind: 'result'; bytes: string | Buffer; upstream: string; attempts: ForwardOutcome['attempts'] }
+  | Exclude<ForwardOutcome, { kind: 'result' }>;
+
+function serialised(outcome: ForwardOutcome, bytes?: Buffer): Answer {
+  if (outcome.kind !== 'result') return outcome;
+  return { kind: 'result', bytes: bytes ?? JSON.stringify(outcome.result), upstream: outcome.upstream, attempts: outcome.attempts };
+}
+
+export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
+  const { meter, cache, now } = deps;
+  const blockFlights = createSingleFlight<Answer>(now);
+
+  function recordCharge(ctx: RequestContext, charged: number, result: LedgerResult): void {
+    ctx.creditsCharged += charged;
+    ctx.teamUsed = Math.max(ctx.teamUsed ?? 0, result.teamUsed);
+  }
+
+  /** Charges an answer known without an upstream call, then returns it. */
+  async function chargeAndAnswer(id: JsonRpcId, subject: ChargeSubject, ctx: RequestContext, result: string | Buffer): Promise<Reply> {
+    const charged = await meter.charge(subject);
+    recordCharge(ctx, charged.ok ? subject.cost : 0, charged);
+    if (!charged.ok) return errorReply(id, refusal(charged, subject, now()));
+    return { id, result };
+  }
+
+  async function forward(call: PreparedCall, network: NetworkRuntime, deadline: number): Promise<Answer> {
+    if (call.kind !== 'block') return serialised(await network.forwarder.forward(call, deadline));
+    const { hash, hydrated } = call.query;
+    const key = `${network.config.id}|${hash}|${hydrated}`;
+    return blockFlights.run(
+      key,
+      async () => {
+        const outcome = await network.forwarder.forward(call, deadline);
+        // Only verified blocks are cached: the forwarder already rejected a mismatched hash.
+        if (outcome.kind !== 'result' || outcome.result === null) return serialised(outcome);
+        const bytes = Buffer.from(JSON.stringify(outcome.result));
+        cache.set(network.config.id, hash, hydrated, bytes);
+        return serialised(outcome, bytes);
+      },
+      deadline,
+      () => ({
+        kind: 'failed',
+        error: new GatewayError('TG_ERR_UPSTREAMS_TIMED_OUT', undefined, { attempts: [] }),
+        attempts: [],
+      }),
+    );
+  }
+
+  async function answer(item: CallItem, call: PreparedCall, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): Promise<Reply> {
+    const subject = subjectOf(call, network, auth, now());
+    if (call.kind === 'local') return chargeAndAnswer(item.id, subject, ctx, JSON.stringify(call.result));
+    if (call.kind === 'block') {
+      const cached = cache.get(network.config.id, call.query.hash, call.query.hydrated);
+      deps.onCacheLookup?.(network.config.id, cached !== undefined);
+      ctx.cache = cached === undefined ? 'miss' : 'hit';
+      if (cached !== undefined) return chargeAndAnswer(item.id, subject, ctx, cached);
+    }
+
+    const { result: reserved, reservationId } = await meter.reserve(subject);
+    if (!reserved.ok) {
+      recordCharge(ctx, 0, reserved);
+      return errorReply(item.id, refusal(reserved, subject, now()));
+    }
+    const outcome = await forward(call, network, deadline);
     ctx.attempts.push(...outcome.attempts);
-    if (outcome.kind === 'failed') return errorReply(id, outcome.error);
+    if (outcome.kind === 'failed') {
+      recordCharge(ctx, 0, await meter.refund(reservationId));
+      return errorReply(item.id, outcome.error);
+    }
     ctx.upstream = outcome.upstream;
-    if (outcome.kind === 'rpc-error') return { id, error: outcome.error };
-    return { id, result: JSON.stringify(outcome.result) };
+    recordCharge(ctx, subject.cost, await meter.settle(reservationId));
+    if (outcome.kind === 'rpc-error') return { id: item.id, error: outcome.error };
+    return { id: item.id, result: outcome.bytes };
   }
 
   return {
-    async execute(item, network, ctx, deadline) {
+    async execute(item, network, auth, ctx, deadline) {
+      let call: PreparedCall;
       try {
-        const call = network.methods.prepare(item.method, item.params);
-        return await answer(call, network, ctx, deadline, item.id);
+        call = network.methods.prepare(item.method, item.params);
       } catch (error) {
         if (error instanceof GatewayError) return errorReply(item.id, error);
         throw error;
       }
+      return answer(item, call, network, auth, ctx, deadline);
     },
   };
 }

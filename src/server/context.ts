@@ -17,8 +17,8 @@ export interface RequestContext {
   httpStatus: number;
   /** Credits charged for this request (all batch items together). */
   creditsCharged: number;
-  /** The team's balance after this request, when known. */
-  creditsRemaining?: number;
+  /** The team's spend today as last seen by this request's ledger operations. */
+  teamUsed?: number;
   cache?: 'hit' | 'miss';
   upstream?: string;
   attempts: Attempt[];

@@ -7,6 +7,9 @@ import type { GatewayConfig } from '../config/schema.js';
 import { redactKeyPath, type Logger } from '../logging/logger.js';
 import { createRequestContext, type RequestContext } from './context.js';
 import type { CallExecutor } from './call-executor.js';
+import type { Meter } from '../metering/meter.js';
+import { utcDay } from '../metering/meter.js';
+import type { KeyWithTeam } from '../store/index.js';
 import type { NetworkRuntime, NetworkSet } from './network-runtime.js';
 
 /**
@@ -21,6 +24,8 @@ export interface RpcHandlerDeps {
   networks: () => NetworkSet;
   authenticator: Authenticator;
   executor: CallExecutor;
+  meter: Meter;
+  now: () => number;
   logger: Logger;
   /** Called once per finished request, after the response is written. */
   onFinished?: (ctx: RequestContext) => void;
@@ -69,6 +74,15 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
     send(res, ctx, toHttpStatus(error), serialiseReplies([errorReply(id, error)], false), headers);
   }
 
+  /** X-Credits-Cost and X-Credits-Remaining for an authenticated request (the team's balance after it). */
+  async function creditHeaders(auth: KeyWithTeam, ctx: RequestContext): Promise<Record<string, string>> {
+    if (ctx.teamUsed === undefined) ctx.teamUsed = (await deps.meter.peek(auth.team.id, utcDay(deps.now()))).teamUsed;
+    return {
+      'x-credits-cost': String(ctx.creditsCharged),
+      'x-credits-remaining': String(Math.max(0, auth.team.dailyCredits - ctx.teamUsed)),
+    };
+  }
+
   async function handle(req: IncomingMessage, res: ServerResponse, ctx: RequestContext): Promise<void> {
     // Resolve the network from Host + path; nothing in the body takes part.
     const networks = deps.networks();
@@ -87,9 +101,9 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
     }
 
     // Authenticate before reading the body: unknown keys cost no parsing.
-    const { key, team } = await deps.authenticator.authenticate(resolved.value.apiKey, network.config.id);
-    ctx.keyId = key.id;
-    ctx.teamId = team.id;
+    const auth = await deps.authenticator.authenticate(resolved.value.apiKey, network.config.id);
+    ctx.keyId = auth.key.id;
+    ctx.teamId = auth.team.id;
 
     let body: Buffer;
     try {
@@ -97,22 +111,27 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
     } catch (error) {
       if (error instanceof BodyTooLargeError) {
         res.setHeader('connection', 'close');
+        res.setHeader('x-credits-cost', '0');
         return reject(res, ctx, new GatewayError('TG_ERR_BODY_TOO_LARGE', `request body larger than ${serverConfig.maxBodyBytes} bytes`));
       }
       throw error;
     }
 
     const parsed = parseBody(body, serverConfig.maxBatchItems);
-    if (parsed.kind === 'rejected') return reject(res, ctx, parsed.error);
+    if (parsed.kind === 'rejected') {
+      for (const [name, value] of Object.entries(await creditHeaders(auth, ctx))) res.setHeader(name, value);
+      return reject(res, ctx, parsed.error);
+    }
 
     const deadline = Date.now() + network.config.requestTimeoutMs;
     const items = parsed.kind === 'single' ? [parsed.item] : parsed.items;
     if (parsed.kind === 'batch') ctx.batchSize = items.length;
     for (const item of items) if (item.kind !== 'invalid') ctx.methods.push(item.method);
 
-    const replies = await Promise.all(items.map((item) => executeItem(item, network, ctx, deadline)));
+    const replies = await Promise.all(items.map((item) => executeItem(item, network, auth, ctx, deadline)));
     const answered = replies.filter((reply): reply is Reply => reply !== undefined);
-    if (answered.length === 0) return send(res, ctx, 204, undefined); // notifications only
+    const headers = await creditHeaders(auth, ctx);
+    if (answered.length === 0) return send(res, ctx, 204, undefined, headers); // notifications only
 
     let status = 200;
     if (parsed.kind === 'single') {
@@ -120,19 +139,27 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
       if ('error' in reply && reply.gatewayError !== undefined) {
         ctx.errorCode = reply.gatewayError.code;
         status = toHttpStatus(reply.gatewayError);
+        Object.assign(headers, reply.gatewayError.headers);
       }
+      if (ctx.cache !== undefined) headers['x-cache'] = ctx.cache;
     }
-    send(res, ctx, status, serialiseReplies(answered, parsed.kind === 'batch'));
+    send(res, ctx, status, serialiseReplies(answered, parsed.kind === 'batch'), headers);
   }
 
-  function executeItem(item: RequestItem, network: NetworkRuntime, ctx: RequestContext, deadline: number): Promise<Reply | undefined> | Reply | undefined {
+  function executeItem(
+    item: RequestItem,
+    network: NetworkRuntime,
+    auth: KeyWithTeam,
+    ctx: RequestContext,
+    deadline: number,
+  ): Promise<Reply | undefined> | Reply | undefined {
     switch (item.kind) {
       case 'notification':
         return undefined;
       case 'invalid':
         return errorReply(item.id, item.error);
       case 'call':
-        return deps.executor.execute(item, network, ctx, deadline);
+        return deps.executor.execute(item, network, auth, ctx, deadline);
     }
   }
 

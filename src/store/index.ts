@@ -2,7 +2,21 @@ import type { StoreConfig } from '../config/schema.js';
 import { createSqliteStore } from './sqlite-store.js';
 import type { Store } from './types.js';
 
-export type { Store, Team, ApiKey, KeyWithTeam, NewKey, NewTeam } from './types.js';
+export type {
+  Store,
+  Team,
+  ApiKey,
+  KeyWithTeam,
+  NewKey,
+  NewTeam,
+  ChargeSubject,
+  LedgerOp,
+  LedgerResult,
+  UsageQuery,
+  UsageRow,
+  TeamPatch,
+  KeyPatch,
+} from './types.js';
 export { StoreConflictError } from './types.js';
 
 /** Opens the store the config names; the only place that knows which drivers exist. */

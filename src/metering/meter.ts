@@ -1,0 +1,89 @@
+import { randomBytes } from 'node:crypto';
+import type { ChargeSubject, LedgerOp, LedgerResult, Store } from '../store/index.js';
+
+/**
+ * Sends ledger operations to the store in batches: every operation submitted during one
+ * event-loop turn is applied in one store call (one SQLite transaction, one Redis pipeline) at
+ * the end of that turn. Callers await their own result; a response is written only after the
+ * batch holding its charge committed, so a crash never loses a charge for an answer already sent.
+ */
+
+export interface Meter {
+  /** Holds credits for a call about to go upstream. */
+  reserve(subject: ChargeSubject): Promise<{ result: LedgerResult; reservationId: string }>;
+  /** Reserves and settles at once, for answers known without an upstream call. */
+  charge(subject: ChargeSubject): Promise<LedgerResult>;
+  settle(reservationId: string): Promise<LedgerResult>;
+  refund(reservationId: string): Promise<LedgerResult>;
+  /** The team's spend so far on `day`. */
+  peek(teamId: string, day: string): Promise<LedgerResult>;
+  /** Waits for every submitted operation to be applied. */
+  flush(): Promise<void>;
+}
+
+interface Pending {
+  op: LedgerOp;
+  resolve: (result: LedgerResult) => void;
+  reject: (error: unknown) => void;
+}
+
+export function createMeter(store: Store, options: { now?: () => number } = {}): Meter {
+  const now = options.now ?? Date.now;
+  let queue: Pending[] = [];
+  let scheduled = false;
+  let inFlight: Promise<void> = Promise.resolve();
+  // Reservation ids only need to be unique; a per-process prefix and a counter are cheap.
+  const idPrefix = randomBytes(6).toString('hex');
+  let nextReservation = 0;
+
+  function runBatch(): void {
+    scheduled = false;
+    const batch = queue;
+    queue = [];
+    if (batch.length === 0) return;
+    const applied = store.applyLedger(batch.map((pending) => pending.op)).then(
+      (results) => batch.forEach((pending, index) => pending.resolve(results[index]!)),
+      (error: unknown) => batch.forEach((pending) => pending.reject(error)),
+    );
+    inFlight = inFlight.then(() => applied);
+  }
+
+  function submit(op: LedgerOp): Promise<LedgerResult> {
+    return new Promise((resolve, reject) => {
+      queue.push({ op, resolve, reject });
+      if (!scheduled) {
+        scheduled = true;
+        setImmediate(runBatch);
+      }
+    });
+  }
+
+  return {
+    async reserve(subject) {
+      const reservationId = `${idPrefix}-${(nextReservation++).toString(36)}`;
+      const result = await submit({ type: 'reserve', reservationId, subject, nowMs: now() });
+      return { result, reservationId };
+    },
+    charge: (subject) => submit({ type: 'charge', subject, nowMs: now() }),
+    settle: (reservationId) => submit({ type: 'settle', reservationId }),
+    refund: (reservationId) => submit({ type: 'refund', reservationId }),
+    peek: (teamId, day) => submit({ type: 'peek', teamId, day }),
+    async flush() {
+      if (scheduled) {
+        await new Promise<void>((resolve) => setImmediate(resolve));
+      }
+      await inFlight;
+    },
+  };
+}
+
+/** The UTC day of an instant, `YYYY-MM-DD`: the unit of daily quotas and usage reports. */
+export function utcDay(epochMs: number): string {
+  return new Date(epochMs).toISOString().slice(0, 10);
+}
+
+/** Epoch ms of the next 00:00 UTC after `epochMs`: when daily balances reset. */
+export function nextUtcMidnight(epochMs: number): number {
+  const date = new Date(epochMs);
+  return Date.UTC(date.getUTCFullYear(), date.getUTCMonth(), date.getUTCDate() + 1);
+}
