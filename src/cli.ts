@@ -5,22 +5,27 @@ import { ConfigError, loadConfigFile } from './config/load.js';
 import type { StoreConfig } from './config/schema.js';
 import { startGateway } from './gateway.js';
 import { openStore, StoreConflictError, type Store } from './store/index.js';
-import { issueKey } from './admin/key-issuer.js';
+import { AdminError, createAdminService, type AdminService } from './admin/admin-service.js';
 
 /**
- * The `tollgate` command. `serve` runs the gateway from a config file, `devnet` runs a local
- * development network with a gateway in front, and the admin verbs (`teams`, `keys`) work on
- * the store named by the config (or `--db` for a SQLite file).
+ * The `tollgate` command. `serve` runs the gateway from a config file (SIGTERM drains, SIGHUP
+ * reloads), `devnet` runs a local development network with a gateway in front, and the admin
+ * verbs work on the store named by the config (or `--db` for a SQLite file) through the same
+ * service as the admin HTTP API. Changes made here reach running gateways within
+ * `auth.keyCacheTtlMs`.
  */
 
 const USAGE = `Usage:
   tollgate serve [--config FILE]
   tollgate devnet [--json] [--port N] [--data-dir DIR]
   tollgate teams create NAME --daily-credits N [--credits-per-second N]
+  tollgate teams update NAME [--daily-credits N] [--credits-per-second N|none]
   tollgate teams list
   tollgate keys create --team NAME [--label TEXT] [--daily-cap N] [--networks a,b] [--expires ISO-DATE]
   tollgate keys list [--team NAME]
+  tollgate keys rotate KEY_ID [--grace-seconds N]
   tollgate keys revoke KEY_ID
+  tollgate usage (--team NAME | --key KEY_ID) [--days N | --from YYYY-MM-DD --to YYYY-MM-DD]
 
 Admin verbs read the store from --config FILE (default: $TOLLGATE_CONFIG or config/gateway.yaml),
 or from --db FILE (a SQLite database file).`;
@@ -36,10 +41,15 @@ const OPTIONS = {
   'daily-credits': { type: 'string' },
   'credits-per-second': { type: 'string' },
   team: { type: 'string' },
+  key: { type: 'string' },
   label: { type: 'string' },
   'daily-cap': { type: 'string' },
   networks: { type: 'string' },
   expires: { type: 'string' },
+  'grace-seconds': { type: 'string' },
+  days: { type: 'string' },
+  from: { type: 'string' },
+  to: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -62,35 +72,39 @@ function storeConfigOf(values: Values): StoreConfig {
   return loadConfigFile(path).store;
 }
 
-async function withStore<T>(values: Values, run: (store: Store) => Promise<T>): Promise<T> {
-  const store = await openStore(storeConfigOf(values));
+async function withAdmin(values: Values, run: (admin: AdminService) => Promise<unknown>): Promise<void> {
+  const store: Store = await openStore(storeConfigOf(values));
   try {
-    return await run(store);
+    print(await run(createAdminService(store)));
   } finally {
     await store.close();
   }
-}
-
-async function requireTeam(store: Store, name: string | undefined) {
-  if (name === undefined) throw new UsageError('--team NAME is required');
-  const team = await store.findTeam(name);
-  if (team === null) throw new UsageError(`no team named "${name}"`);
-  return team;
 }
 
 function print(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
 }
 
+function requireArg(value: string | undefined, what: string): string {
+  if (value === undefined) throw new UsageError(`${what} is required`);
+  return value;
+}
+
 async function serve(values: Values): Promise<void> {
-  const config = loadConfigFile(configPath(values));
-  const gateway = await startGateway(config);
-  const stop = (signal: NodeJS.Signals) => {
-    gateway.logger.info({ signal }, 'stopping');
-    void gateway.close().then(() => process.exit(0));
-  };
-  process.once('SIGINT', stop);
-  process.once('SIGTERM', stop);
+  const path = configPath(values);
+  const gateway = await startGateway(loadConfigFile(path), { loadConfig: () => loadConfigFile(path) });
+  process.once('SIGTERM', () => {
+    gateway.drain().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        gateway.logger.error({ err: error }, 'drain failed');
+        process.exit(1);
+      },
+    );
+  });
+  process.once('SIGINT', () => void gateway.close().then(() => process.exit(0)));
+  // A rejected reload is logged by the gateway and leaves the running config in place.
+  process.on('SIGHUP', () => void gateway.reload().catch(() => undefined));
 }
 
 async function main(argv: string[]): Promise<void> {
@@ -100,62 +114,68 @@ async function main(argv: string[]): Promise<void> {
     process.stdout.write(`${USAGE}\n`);
     return;
   }
-  switch (`${command} ${command === 'serve' || command === 'devnet' ? '' : (verb ?? '')}`.trim()) {
+  const creditsPerSecond = (): number | null | undefined =>
+    values['credits-per-second'] === 'none' ? null : wholeNumber(values['credits-per-second'], '--credits-per-second');
+  switch (['serve', 'devnet', 'usage'].includes(command) ? command : `${command} ${verb ?? ''}`) {
     case 'serve':
       return serve(values);
     case 'devnet': {
       const { runDevnet } = await import('./devnet/devnet.js');
-      await runDevnet({
+      return runDevnet({
         json: values.json ?? false,
         port: wholeNumber(values.port, '--port') ?? 8080,
         dataDir: values['data-dir'] ?? 'data',
       });
-      return;
     }
-    case 'teams create': {
-      const name = rest[0];
-      if (name === undefined) throw new UsageError('teams create needs a NAME');
-      const dailyCredits = wholeNumber(values['daily-credits'], '--daily-credits');
-      if (dailyCredits === undefined) throw new UsageError('--daily-credits N is required');
-      const creditsPerSecond = wholeNumber(values['credits-per-second'], '--credits-per-second') ?? null;
-      return withStore(values, async (store) => print(await store.createTeam({ name, dailyCredits, creditsPerSecond })));
-    }
+    case 'teams create':
+      return withAdmin(values, (admin) =>
+        admin.createTeam({
+          name: requireArg(rest[0], 'NAME'),
+          dailyCredits: wholeNumber(requireArg(values['daily-credits'], '--daily-credits N'), '--daily-credits')!,
+          creditsPerSecond: creditsPerSecond() ?? null,
+        }),
+      );
+    case 'teams update':
+      return withAdmin(values, (admin) =>
+        admin.updateTeam(requireArg(rest[0], 'NAME'), {
+          dailyCredits: wholeNumber(values['daily-credits'], '--daily-credits'),
+          creditsPerSecond: creditsPerSecond(),
+        }),
+      );
     case 'teams list':
-      return withStore(values, async (store) => print(await store.listTeams()));
+      return withAdmin(values, (admin) => admin.listTeams());
     case 'keys create':
-      return withStore(values, async (store) => {
-        const team = await requireTeam(store, values.team);
+      return withAdmin(values, async (admin) => {
         const expiresAt = values.expires === undefined ? null : Date.parse(values.expires);
         if (expiresAt !== null && Number.isNaN(expiresAt)) throw new UsageError(`--expires must be an ISO date, got "${values.expires}"`);
-        const { key, secret } = await issueKey(store, {
-          teamId: team.id,
+        const { key, secret } = await admin.issueKey(requireArg(values.team, '--team NAME'), {
           label: values.label ?? null,
           dailyCap: wholeNumber(values['daily-cap'], '--daily-cap') ?? null,
           allowedNetworks: values.networks === undefined ? null : values.networks.split(',').map((id) => id.trim()).filter(Boolean),
           expiresAt,
         });
         // The secret is shown this once; only its hash is stored.
-        print({ ...key, secret });
+        return { ...key, secret };
       });
     case 'keys list':
-      return withStore(values, async (store) => {
-        const team = values.team === undefined ? undefined : await requireTeam(store, values.team);
-        print(await store.listKeys(team === undefined ? {} : { teamId: team.id }));
-      });
+      return withAdmin(values, (admin) => admin.listKeys(values.team));
+    case 'keys rotate':
+      return withAdmin(values, (admin) =>
+        admin.rotateKey(requireArg(rest[0], 'KEY_ID'), (wholeNumber(values['grace-seconds'], '--grace-seconds') ?? 0) * 1000),
+      );
     case 'keys revoke':
-      return withStore(values, async (store) => {
-        const id = rest[0];
-        if (id === undefined) throw new UsageError('keys revoke needs a KEY_ID');
-        if (!(await store.revokeKey(id, Date.now()))) throw new UsageError(`no key with id "${id}"`);
-        print({ id, revoked: true });
-      });
+      return withAdmin(values, (admin) => admin.revokeKey(requireArg(rest[0], 'KEY_ID')));
+    case 'usage':
+      return withAdmin(values, (admin) =>
+        admin.usage({ team: values.team, key: values.key, from: values.from, to: values.to, days: wholeNumber(values.days, '--days') }),
+      );
     default:
       throw new UsageError(`unknown command "${positionals.join(' ')}"`);
   }
 }
 
 main(process.argv.slice(2)).catch((error: unknown) => {
-  if (error instanceof UsageError || error instanceof ConfigError || error instanceof StoreConflictError) {
+  if (error instanceof UsageError || error instanceof ConfigError || error instanceof StoreConflictError || error instanceof AdminError) {
     process.stderr.write(`tollgate: ${error.message}\n`);
     if (error instanceof UsageError) process.stderr.write(`\n${USAGE}\n`);
     process.exit(2);

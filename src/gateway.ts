@@ -1,19 +1,23 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { GatewayConfig } from './config/schema.js';
+import { createAdminHandler, adminApiRoutes, type AdminRoute } from './admin/admin-server.js';
+import { createAdminService } from './admin/admin-service.js';
 import { createAuthenticator } from './auth/authenticator.js';
 import { createBlockCache, createDisabledBlockCache } from './cache/block-cache.js';
 import { collectConfigSecrets } from './config/secrets.js';
 import { createLogger, type Logger } from './logging/logger.js';
 import { createMeter } from './metering/meter.js';
+import { createMetrics } from './metrics/metrics.js';
+import { recordRequest } from './metrics/record.js';
 import { createCallExecutor } from './server/call-executor.js';
 import { buildNetworkSet, type NetworkSet } from './server/network-runtime.js';
 import { createRpcHandler } from './server/rpc-handler.js';
 import { openStore, type Store } from './store/index.js';
 
 /**
- * The composition root: reads the config, builds the parts, wires them, and starts listening.
- * Nothing else lives here.
+ * The composition root: builds the parts from the config, wires them, starts the RPC and admin
+ * listeners, and owns the lifecycle (reload, drain, close). Nothing else lives here.
  */
 
 export interface GatewayOptions {
@@ -22,6 +26,8 @@ export interface GatewayOptions {
   store?: Store;
   /** The clock of quotas, days and deadlines; tests inject one. */
   now?: () => number;
+  /** Re-reads the config for a reload (SIGHUP or the admin route); without it reload is refused. */
+  loadConfig?: () => GatewayConfig;
 }
 
 export interface RunningGateway {
@@ -31,6 +37,12 @@ export interface RunningGateway {
   /** `http://host:port` of the RPC listener. */
   rpcOrigin: string;
   rpcPort: number;
+  /** `http://host:port` of the admin listener. */
+  adminOrigin: string;
+  /** Re-reads the config and swaps networks, upstreams and costs in; throws (and keeps the old) if invalid. */
+  reload(): Promise<void>;
+  /** Stops accepting, lets in-flight requests finish (bounded by `server.drainTimeoutMs`), then closes. */
+  drain(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -53,11 +65,20 @@ function originOf(address: AddressInfo): string {
   return `http://${reachable}:${address.port}`;
 }
 
+function closeServer(server: Server): Promise<void> {
+  return new Promise((resolve) => {
+    if (!server.listening) return resolve();
+    server.close(() => resolve());
+    server.closeIdleConnections();
+  });
+}
+
 export async function startGateway(config: GatewayConfig, options: GatewayOptions = {}): Promise<RunningGateway> {
   const now = options.now ?? Date.now;
-  const logger = options.logger ?? createLogger({ secrets: collectConfigSecrets(config) });
+  const logger = options.logger ?? createLogger({ secrets: [...collectConfigSecrets(config), ...(config.admin.token ? [config.admin.token] : [])] });
   const ownsStore = options.store === undefined;
   const store = options.store ?? (await openStore(config.store, { now }));
+  const metrics = createMetrics();
 
   // Credits held by requests of a process that died (kill -9) go back before serving.
   const recovered = await store.recoverReservations(config.credits.staleReservationMs);
@@ -76,8 +97,23 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     now,
   });
   const meter = createMeter(store, { now });
-  const cache = config.cache.maxBytes > 0 ? createBlockCache({ maxBytes: config.cache.maxBytes }) : createDisabledBlockCache();
-  const networks: NetworkSet = buildNetworkSet(config, { now });
+  const cache =
+    config.cache.maxBytes > 0
+      ? createBlockCache({ maxBytes: config.cache.maxBytes, onEvict: () => metrics.cacheEvictions.inc() })
+      : createDisabledBlockCache();
+
+  const buildNetworks = (source: GatewayConfig): NetworkSet =>
+    buildNetworkSet(source, {
+      now,
+      observe: (network, upstream, outcome) => {
+        const label = outcome.kind === 'failure' ? outcome.reason : outcome.kind === 'result' ? 'result' : 'rpc_error';
+        metrics.upstreamRequests.inc({ network, upstream, outcome: label });
+        metrics.upstreamDuration.observe({ network, upstream }, outcome.durationMs / 1000);
+      },
+    });
+  let current = config;
+  let networks = buildNetworks(config);
+  let draining = false;
 
   const rpcServer = createServer(
     {
@@ -90,35 +126,144 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
       server: config.server,
       networks: () => networks,
       authenticator,
-      executor: createCallExecutor({ meter, cache, now }),
+      executor: createCallExecutor({
+        meter,
+        cache,
+        now,
+        onCacheLookup: (network, hit) => metrics.cacheLookups.inc({ network, result: hit ? 'hit' : 'miss' }),
+      }),
       meter,
       now,
       logger,
+      onStarted: () => metrics.inFlight.inc(),
+      onFinished: (ctx) => {
+        metrics.inFlight.dec();
+        recordRequest(metrics, ctx);
+      },
     }),
   );
-  const address = await listen(rpcServer, config.server.port, config.server.host);
-  const rpcOrigin = originOf(address);
-  logger.info({ rpc: rpcOrigin, networks: [...networks.byId.keys()] }, 'gateway listening');
+
+  async function reload(): Promise<void> {
+    if (options.loadConfig === undefined) throw new Error('this gateway was started without a config file to reload');
+    let next: GatewayConfig;
+    try {
+      next = options.loadConfig();
+    } catch (error) {
+      metrics.configReloads.inc({ result: 'rejected' });
+      logger.error({ err: error }, 'config reload rejected; the running config stays');
+      throw error;
+    }
+    const previous = networks;
+    networks = buildNetworks(next);
+    current = { ...current, networks: next.networks };
+    metrics.configReloads.inc({ result: 'ok' });
+    logger.info({ networks: [...networks.byId.keys()] }, 'config reloaded: networks, upstreams and costs');
+    // Requests already running hold the previous set; its pools close once they finish.
+    void previous.close();
+  }
+
+  async function readiness(): Promise<{ ready: boolean; checks: Record<string, unknown> }> {
+    let storeOk = true;
+    try {
+      await store.ping();
+    } catch {
+      storeOk = false;
+    }
+    const upstreams = Object.fromEntries([...networks.byId].map(([id, runtime]) => [id, runtime.forwarder.hasHealthyUpstream()]));
+    const ready = !draining && storeOk && Object.values(upstreams).every(Boolean);
+    return { ready, checks: { draining, store: storeOk, networks: upstreams } };
+  }
+
+  const operationalRoutes: AdminRoute[] = [
+    { method: 'GET', path: '/healthz', public: true, handle: () => ({ body: { status: 'ok' } }) },
+    {
+      method: 'GET',
+      path: '/readyz',
+      public: true,
+      handle: async () => {
+        const { ready, checks } = await readiness();
+        return { status: ready ? 200 : 503, body: { status: ready ? 'ready' : 'not ready', ...checks } };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/metrics',
+      handle: async () => {
+        const stats = cache.stats();
+        metrics.cacheBytes.set(stats.bytes);
+        metrics.cacheEntries.set(stats.entries);
+        metrics.upstreamHealthy.reset();
+        for (const [networkId, runtime] of networks.byId) {
+          for (const upstream of runtime.forwarder.upstreams) {
+            metrics.upstreamHealthy.set({ network: networkId, upstream: upstream.id }, upstream.isHealthy() ? 1 : 0);
+          }
+        }
+        return { body: await metrics.registry.metrics(), contentType: metrics.registry.contentType };
+      },
+    },
+    {
+      method: 'POST',
+      path: '/v1/reload',
+      handle: async () => {
+        try {
+          await reload();
+        } catch (error) {
+          return { status: 400, body: { error: { code: 'invalid_config', message: (error as Error).message } } };
+        }
+        return { body: { reloaded: true, networks: [...networks.byId.keys()] } };
+      },
+    },
+  ];
+  const admin = createAdminService(store, { now, onChange: () => authenticator.clear() });
+  const adminServer = createServer(
+    createAdminHandler([...operationalRoutes, ...adminApiRoutes(admin, { defaultRotationGraceMs: config.auth.rotationGraceMs })], {
+      token: config.admin.token,
+      logger,
+    }),
+  );
+
+  const rpcAddress = await listen(rpcServer, config.server.port, config.server.host);
+  const adminAddress = await listen(adminServer, config.admin.port, config.admin.host);
+  const rpcOrigin = originOf(rpcAddress);
+  const adminOrigin = originOf(adminAddress);
+  logger.info({ rpc: rpcOrigin, admin: adminOrigin, networks: [...networks.byId.keys()] }, 'gateway listening');
 
   let closing: Promise<void> | undefined;
+  function close(): Promise<void> {
+    closing ??= (async () => {
+      clearInterval(sweep);
+      rpcServer.closeAllConnections();
+      await closeServer(rpcServer);
+      await closeServer(adminServer);
+      await meter.flush();
+      await networks.close();
+      if (ownsStore) await store.close();
+    })();
+    return closing;
+  }
+
   return {
-    config,
+    get config() {
+      return current;
+    },
     store,
     logger,
     rpcOrigin,
-    rpcPort: address.port,
-    close() {
-      closing ??= (async () => {
-        clearInterval(sweep);
-        await new Promise<void>((resolve) => {
-          rpcServer.close(() => resolve());
-          rpcServer.closeIdleConnections();
-        });
-        await meter.flush();
-        await networks.close();
-        if (ownsStore) await store.close();
-      })();
-      return closing;
+    rpcPort: rpcAddress.port,
+    adminOrigin,
+    reload,
+    async drain() {
+      draining = true;
+      logger.info({ graceMs: config.server.drainTimeoutMs }, 'draining: refusing new connections, finishing in-flight requests');
+      const drained = closeServer(rpcServer);
+      const timer = setTimeout(() => {
+        logger.warn('drain grace period over: closing remaining connections');
+        rpcServer.closeAllConnections();
+      }, config.server.drainTimeoutMs);
+      await drained;
+      clearTimeout(timer);
+      await close();
     },
+    close,
   };
 }

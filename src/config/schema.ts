@@ -85,6 +85,8 @@ export const configSchema = z
         maxBatchItems: positiveInt.default(100),
         /** Idle keep-alive connections are closed after this long. */
         keepAliveTimeoutMs: positiveInt.default(65_000),
+        /** On SIGTERM, how long in-flight requests may take to finish before connections are cut. */
+        drainTimeoutMs: positiveInt.default(25_000),
       })
       .prefault({}),
     auth: z
@@ -96,6 +98,8 @@ export const configSchema = z
         keyCacheTtlMs: z.number().int().min(0).default(5_000),
         /** Most keys remembered at once; bounds memory under a flood of unknown keys. */
         keyCacheMaxEntries: positiveInt.default(100_000),
+        /** How long a rotated-out secret keeps working when a rotation does not say. */
+        rotationGraceMs: z.number().int().min(0).default(0),
       })
       .prefault({}),
     store: storeSchema.prefault({ driver: 'sqlite' }),

@@ -1,4 +1,5 @@
 import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
 import { parseConfig } from '../config/load.js';
 import { startGateway, type RunningGateway } from '../gateway.js';
 import { createLogger } from '../logging/logger.js';
@@ -42,8 +43,13 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
     await started.anvil?.stop().catch(() => undefined);
     process.exit(exitCode);
   };
-  process.once('SIGINT', () => void stop(0));
-  process.once('SIGTERM', () => void stop(0));
+  // `on`, not `once`: startAnvil's own signal hook kills anvil and re-raises the signal when it
+  // is the only listener left, which with `once` it is by the time it runs, so the graceful
+  // stop (drain, exit 0) never happened. A second signal while stopping exits at once (the
+  // 'exit' hook in anvil.ts still kills the node).
+  const onSignal = () => (stopping ? process.exit(1) : void stop(0));
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
 
   try {
     const anvil = await startAnvil();
@@ -52,9 +58,12 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
     const das = await startSampleDasServer();
     started.das = das;
 
+    const adminToken = `devnet-${randomBytes(16).toString('hex')}`;
     const config = parseConfig(
       {
         server: { host: '127.0.0.1', port: options.port },
+        // Admin listener next to the RPC port (8081 for the default 8080; any free port with --port 0).
+        admin: { host: '127.0.0.1', port: options.port === 0 ? 0 : options.port + 1, token: adminToken },
         store: { driver: 'sqlite', path: join(options.dataDir, 'devnet.db') },
         networks: [
           {
@@ -87,7 +96,7 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
     const collections = das.dataset.collections.map((collection) => collection.id);
     if (options.json) {
       process.stdout.write(
-        `${JSON.stringify({ evmUrl, assetUrl, apiKey, evmUpstreamUrl: anvil.url, assetUpstreamUrl: das.url, collections })}\n`,
+        `${JSON.stringify({ evmUrl, assetUrl, apiKey, evmUpstreamUrl: anvil.url, assetUpstreamUrl: das.url, collections, adminUrl: gateway.adminOrigin, adminToken })}\n`,
       );
       return;
     }
@@ -102,6 +111,7 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
         `  DAS network   ${assetUrl}`,
         `  demo API key  ${apiKey}   (team "${DEMO_TEAM}", ${DEMO_DAILY_CREDITS.toLocaleString('en-US')} credits a day)`,
         `  upstreams     anvil ${anvil.url}, sample DAS ${das.url}`,
+        `  admin API     ${gateway.adminOrigin}   (Authorization: Bearer ${adminToken})`,
         '',
         'Try:',
         '',
@@ -110,6 +120,8 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
         '',
         `  curl -s -X POST -H 'content-type: application/json' '${assetUrl}' \\`,
         `    -d '{"jsonrpc":"2.0","id":1,"method":"getAssetsByGroup","params":{"groupKey":"collection","groupValue":"${collection}","limit":2}}'`,
+        '',
+        `  curl -s -H 'authorization: Bearer ${adminToken}' '${gateway.adminOrigin}/v1/usage?team=${DEMO_TEAM}'`,
         '',
         'Ctrl-C stops everything.',
         '',

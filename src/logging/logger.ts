@@ -9,6 +9,8 @@ export type { Logger };
 const CREDENTIAL_IN_URL = /(\/\/)[^/@\s]+@/g;
 const KEY_IN_PATH = /(\/v3\/)[^/?#\s]+/g;
 const SECRET_LIKE = /tg_[A-Za-z0-9_-]{20,}/g;
+/** The same in a percent-encoded path (`tg%5F...`). */
+const ESCAPED_SECRET_LIKE = /tg%5F[A-Za-z0-9_%-]{20,}/gi;
 
 /** Removes every secret-looking part of a free-form string (error messages, URLs, paths). */
 export function redactSecrets(text: string, extraSecrets: readonly string[] = []): string {
@@ -19,8 +21,12 @@ export function redactSecrets(text: string, extraSecrets: readonly string[] = []
   return redacted;
 }
 
+/**
+ * A request path as it may be logged. Besides `/v3/<key>`, a secret anywhere else in the path is
+ * scrubbed too: a client that mistypes the path (`/v2/<key>`, a wrong prefix) still sends its key.
+ */
 export function redactKeyPath(path: string): string {
-  return path.replace(KEY_IN_PATH, '$1[redacted]');
+  return path.replace(KEY_IN_PATH, '$1[redacted]').replace(SECRET_LIKE, '[redacted]').replace(ESCAPED_SECRET_LIKE, '[redacted]');
 }
 
 export interface LoggerOptions {

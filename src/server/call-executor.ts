@@ -76,15 +76,17 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   const { meter, cache, now } = deps;
   const blockFlights = createSingleFlight<Answer>(now);
 
-  function recordCharge(ctx: RequestContext, charged: number, result: LedgerResult): void {
+  function recordCharge(ctx: RequestContext, method: string, charged: number, result: LedgerResult): void {
     ctx.creditsCharged += charged;
+    if (charged > 0) ctx.charges.push({ method, credits: charged });
+    if (!result.ok) ctx.creditRejections.push(result.reason);
     ctx.teamUsed = Math.max(ctx.teamUsed ?? 0, result.teamUsed);
   }
 
   /** Charges an answer known without an upstream call, then returns it. */
   async function chargeAndAnswer(id: JsonRpcId, subject: ChargeSubject, ctx: RequestContext, result: string | Buffer): Promise<Reply> {
     const charged = await meter.charge(subject);
-    recordCharge(ctx, charged.ok ? subject.cost : 0, charged);
+    recordCharge(ctx, subject.method, charged.ok ? subject.cost : 0, charged);
     if (!charged.ok) return errorReply(id, refusal(charged, subject, now()));
     return { id, result };
   }
@@ -124,17 +126,17 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
 
     const { result: reserved, reservationId } = await meter.reserve(subject);
     if (!reserved.ok) {
-      recordCharge(ctx, 0, reserved);
+      recordCharge(ctx, subject.method, 0, reserved);
       return errorReply(item.id, refusal(reserved, subject, now()));
     }
     const outcome = await forward(call, network, deadline);
     ctx.attempts.push(...outcome.attempts);
     if (outcome.kind === 'failed') {
-      recordCharge(ctx, 0, await meter.refund(reservationId));
+      recordCharge(ctx, subject.method, 0, await meter.refund(reservationId));
       return errorReply(item.id, outcome.error);
     }
     ctx.upstream = outcome.upstream;
-    recordCharge(ctx, subject.cost, await meter.settle(reservationId));
+    recordCharge(ctx, subject.method, subject.cost, await meter.settle(reservationId));
     if (outcome.kind === 'rpc-error') return { id: item.id, error: outcome.error };
     return { id: item.id, result: outcome.bytes };
   }

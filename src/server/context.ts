@@ -22,10 +22,26 @@ export interface RequestContext {
   cache?: 'hit' | 'miss';
   upstream?: string;
   attempts: Attempt[];
+  /** One entry per answered call: its method label (`other` if not offered) and outcome. */
+  calls: Array<{ method: string; outcome: string }>;
+  /** Credits charged per method, for the credits metric. */
+  charges: Array<{ method: string; credits: number }>;
+  /** Calls refused for credits: `daily_credits_exhausted` or `rate_limited`. */
+  creditRejections: string[];
   /** The gateway error of a request rejected as a whole (or of a single request's reply). */
   errorCode?: GatewayErrorCode;
 }
 
 export function createRequestContext(requestId: string): RequestContext {
-  return { requestId, startedAt: performance.now(), methods: [], httpStatus: 200, creditsCharged: 0, attempts: [] };
+  return {
+    requestId,
+    startedAt: performance.now(),
+    methods: [],
+    httpStatus: 200,
+    creditsCharged: 0,
+    attempts: [],
+    calls: [],
+    charges: [],
+    creditRejections: [],
+  };
 }

@@ -27,8 +27,15 @@ export interface RpcHandlerDeps {
   meter: Meter;
   now: () => number;
   logger: Logger;
-  /** Called once per finished request, after the response is written. */
+  /** Called when a request arrives, and once it finished (after its response is written). */
+  onStarted?: () => void;
   onFinished?: (ctx: RequestContext) => void;
+}
+
+/** Metrics outcome of one reply: `ok`, `upstream_error` (passed through), or the gateway error's code. */
+function outcomeOf(reply: Reply): string {
+  if ('result' in reply) return 'ok';
+  return reply.gatewayError === undefined ? 'upstream_error' : reply.gatewayError.code.slice('TG_ERR_'.length).toLowerCase();
 }
 
 const REQUEST_ID_HEADER = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -129,6 +136,12 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
     for (const item of items) if (item.kind !== 'invalid') ctx.methods.push(item.method);
 
     const replies = await Promise.all(items.map((item) => executeItem(item, network, auth, ctx, deadline)));
+    items.forEach((item, index) => {
+      const reply = replies[index];
+      if (reply === undefined) return;
+      const method = item.kind === 'call' && network.methods.has(item.method) ? item.method : 'other';
+      ctx.calls.push({ method, outcome: outcomeOf(reply) });
+    });
     const answered = replies.filter((reply): reply is Reply => reply !== undefined);
     const headers = await creditHeaders(auth, ctx);
     if (answered.length === 0) return send(res, ctx, 204, undefined, headers); // notifications only
@@ -167,6 +180,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
     const incomingId = req.headers['x-request-id'];
     const requestId = typeof incomingId === 'string' && REQUEST_ID_HEADER.test(incomingId) ? incomingId : randomUUID();
     const ctx = createRequestContext(requestId);
+    deps.onStarted?.();
     handle(req, res, ctx)
       .catch((error: unknown) => {
         if (error instanceof GatewayError) return reject(res, ctx, error);

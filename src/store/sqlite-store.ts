@@ -537,6 +537,9 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
     async recoverReservations(olderThanMs) {
       return recover.immediate(olderThanMs);
     },
+    async ping() {
+      db.prepare('SELECT 1').get();
+    },
     async close() {
       db.close();
     },

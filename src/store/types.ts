@@ -82,6 +82,8 @@ export interface Store {
    * (checked at start-up) and any older than `olderThanMs`. Returns how many were refunded.
    */
   recoverReservations(olderThanMs: number): Promise<number>;
+  /** Resolves if the store answers (readiness); rejects otherwise. */
+  ping(): Promise<void>;
   close(): Promise<void>;
 }
 

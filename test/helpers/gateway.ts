@@ -9,6 +9,8 @@ import { createLogger } from '../../src/logging/logger.js';
 import { collectConfigSecrets } from '../../src/config/secrets.js';
 import { openStore, type Store, type Team } from '../../src/store/index.js';
 
+export const TEST_ADMIN_TOKEN = 'test-admin-token-0123456789';
+
 export interface TestGateway {
   gateway: RunningGateway;
   store: Store;
@@ -36,6 +38,7 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
   const config = parseConfig(
     {
       server: { host: '127.0.0.1', port: 0 },
+      admin: { host: '127.0.0.1', port: 0, token: TEST_ADMIN_TOKEN },
       ...options.config,
       networks: options.networks.map((network) => ({ baseUrls: [`*/${network.id}`], ...network })),
     },

@@ -1,0 +1,152 @@
+import { generateSecret, hashSecret } from '../auth/api-key.js';
+import { issueKey } from './key-issuer.js';
+import { utcDay } from '../metering/meter.js';
+import type { ApiKey, KeyPatch, NewKey, Store, Team, TeamPatch, UsageRow } from '../store/index.js';
+
+/**
+ * What operators can do to teams, keys and usage, shared by the admin HTTP API and the CLI so
+ * both behave the same. Secrets are generated here, returned once, and only their hashes stored.
+ */
+
+export class AdminError extends Error {
+  override name = 'AdminError';
+  constructor(
+    readonly status: 400 | 404 | 409,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface IssuedKey {
+  key: ApiKey;
+  /** Shown this once; only its SHA-256 is stored. */
+  secret: string;
+}
+
+export interface UsageReport {
+  from: string;
+  to: string;
+  teamId?: string;
+  keyId?: string;
+  totals: { credits: number; requests: number };
+  /** Summed over the whole range. */
+  byNetworkMethod: Array<{ network: string; method: string; credits: number; requests: number }>;
+  /** One row per day, key, network and method. */
+  rows: UsageRow[];
+}
+
+const DAY = /^\d{4}-\d{2}-\d{2}$/;
+const MAX_REPORT_DAYS = 366;
+
+export interface AdminService {
+  createTeam(team: { name: string; dailyCredits: number; creditsPerSecond?: number | null }): Promise<Team>;
+  listTeams(): Promise<Team[]>;
+  getTeam(idOrName: string): Promise<Team>;
+  updateTeam(idOrName: string, patch: TeamPatch): Promise<Team>;
+  issueKey(teamIdOrName: string, key: Omit<NewKey, 'secretHash' | 'teamId'>): Promise<IssuedKey>;
+  listKeys(teamIdOrName?: string): Promise<ApiKey[]>;
+  getKey(id: string): Promise<ApiKey>;
+  updateKey(id: string, patch: KeyPatch): Promise<ApiKey>;
+  /** New secret; the old one keeps working for `gracePeriodMs` (0: stops at once). */
+  rotateKey(id: string, gracePeriodMs: number): Promise<IssuedKey & { previousSecretValidUntil: string }>;
+  revokeKey(id: string): Promise<ApiKey>;
+  usage(query: { team?: string; key?: string; from?: string; to?: string; days?: number }): Promise<UsageReport>;
+}
+
+export function createAdminService(store: Store, options: { now?: () => number; onChange?: () => void } = {}): AdminService {
+  const now = options.now ?? Date.now;
+  const changed = () => options.onChange?.();
+
+  async function team(idOrName: string): Promise<Team> {
+    const found = await store.findTeam(idOrName);
+    if (found === null) throw new AdminError(404, `no team "${idOrName}"`);
+    return found;
+  }
+
+  async function key(id: string): Promise<ApiKey> {
+    const found = await store.findKey(id);
+    if (found === null) throw new AdminError(404, `no key "${id}"`);
+    return found;
+  }
+
+  return {
+    async createTeam(input) {
+      if (await store.findTeam(input.name)) throw new AdminError(409, `a team named "${input.name}" already exists`);
+      return store.createTeam(input);
+    },
+    listTeams: () => store.listTeams(),
+    getTeam: team,
+    async updateTeam(idOrName, patch) {
+      const existing = await team(idOrName);
+      const updated = await store.updateTeam(existing.id, patch);
+      changed();
+      return updated!;
+    },
+    async issueKey(teamIdOrName, input) {
+      const owner = await team(teamIdOrName);
+      return issueKey(store, { ...input, teamId: owner.id });
+    },
+    async listKeys(teamIdOrName) {
+      if (teamIdOrName === undefined) return store.listKeys();
+      return store.listKeys({ teamId: (await team(teamIdOrName)).id });
+    },
+    getKey: key,
+    async updateKey(id, patch) {
+      await key(id);
+      const updated = await store.updateKey(id, patch);
+      changed();
+      return updated!;
+    },
+    async rotateKey(id, gracePeriodMs) {
+      const existing = await key(id);
+      if (existing.revokedAt !== null) throw new AdminError(409, `key "${id}" is revoked`);
+      const secret = generateSecret();
+      const validUntil = now() + gracePeriodMs;
+      await store.rotateKey(id, hashSecret(secret), validUntil);
+      changed();
+      return { key: existing, secret, previousSecretValidUntil: new Date(validUntil).toISOString() };
+    },
+    async revokeKey(id) {
+      await key(id);
+      await store.revokeKey(id, now());
+      changed();
+      return key(id);
+    },
+    async usage(query) {
+      if ((query.team === undefined) === (query.key === undefined)) throw new AdminError(400, 'give exactly one of team or key');
+      const to = query.to ?? utcDay(now());
+      const days = query.days ?? 1;
+      if (!Number.isInteger(days) || days < 1 || days > MAX_REPORT_DAYS) throw new AdminError(400, `days must be 1 to ${MAX_REPORT_DAYS}`);
+      const from = query.from ?? utcDay(Date.parse(`${to}T00:00:00Z`) - (days - 1) * 86_400_000);
+      for (const [name, day] of [['from', from], ['to', to]] as const) {
+        if (!DAY.test(day) || Number.isNaN(Date.parse(`${day}T00:00:00Z`))) throw new AdminError(400, `${name} must be a YYYY-MM-DD day`);
+      }
+      if (from > to) throw new AdminError(400, 'from is after to');
+      const teamId = query.team === undefined ? undefined : (await team(query.team)).id;
+      const keyId = query.key === undefined ? undefined : (await key(query.key)).id;
+      const rows = await store.usage({ teamId, keyId, fromDay: from, toDay: to });
+      const grouped = new Map<string, { network: string; method: string; credits: number; requests: number }>();
+      let credits = 0;
+      let requests = 0;
+      for (const row of rows) {
+        credits += row.credits;
+        requests += row.requests;
+        const groupKey = `${row.network}\u0000${row.method}`;
+        const group = grouped.get(groupKey) ?? { network: row.network, method: row.method, credits: 0, requests: 0 };
+        group.credits += row.credits;
+        group.requests += row.requests;
+        grouped.set(groupKey, group);
+      }
+      return {
+        from,
+        to,
+        ...(teamId !== undefined ? { teamId } : {}),
+        ...(keyId !== undefined ? { keyId } : {}),
+        totals: { credits, requests },
+        byNetworkMethod: [...grouped.values()],
+        rows,
+      };
+    },
+  };
+}
