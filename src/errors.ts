@@ -45,8 +45,10 @@ export class GatewayError extends Error {
     readonly data?: unknown,
     /** Extra response headers this error implies, such as `Retry-After`. */
     readonly headers?: Readonly<Record<string, string>>,
+    /** The underlying failure, for logs only (never sent to clients). */
+    cause?: unknown,
   ) {
-    super(message);
+    super(message, cause === undefined ? undefined : { cause });
   }
 }
 

@@ -46,8 +46,9 @@ export interface RunningGateway {
   close(): Promise<void>;
 }
 
-/** How often reservations older than `credits.staleReservationMs` are looked for. */
-const RESERVATION_SWEEP_INTERVAL_MS = 60_000;
+/** How often reservations older than `credits.staleReservationMs` (or of dead processes) are looked for. */
+const RESERVATION_SWEEP_INTERVAL_MS = 15_000;
+const STORE_ERROR_LOG_INTERVAL_MS = 5_000;
 
 function listen(server: Server, port: number, host: string): Promise<AddressInfo> {
   return new Promise((resolve, reject) => {
@@ -112,6 +113,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
       },
     });
   let current = config;
+  let lastStoreErrorLog = 0;
   let networks = buildNetworks(config);
   let draining = false;
 
@@ -130,6 +132,15 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
         meter,
         cache,
         now,
+        failOpen: config.store.driver === 'redis' && config.store.failOpen,
+        onStoreError: (error) => {
+          metrics.storeErrors.inc();
+          // One log line per burst: a Redis outage would otherwise log every request.
+          if (Date.now() - lastStoreErrorLog > STORE_ERROR_LOG_INTERVAL_MS) {
+            lastStoreErrorLog = Date.now();
+            logger.error({ err: error }, 'the store is unreachable; answering per the store failure policy');
+          }
+        },
         onCacheLookup: (network, hit) => metrics.cacheLookups.inc({ network, result: hit ? 'hit' : 'miss' }),
       }),
       meter,

@@ -122,6 +122,15 @@ function digest(value: string): Buffer {
   return createHash('sha256').update(value).digest();
 }
 
+/** A malformed %-escape in a path segment is the caller's mistake (400), not an uncaught URIError. */
+function decodePathSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new AdminError(400, 'malformed percent-encoding in the path');
+  }
+}
+
 interface CompiledRoute {
   route: AdminRoute;
   pattern: RegExp;
@@ -190,9 +199,9 @@ export function createAdminHandler(routes: AdminRoute[], options: { token: strin
       res.setHeader('allow', matches.map(({ entry }) => entry.route.method).join(', '));
       return send(res, 405, { error: { code: 'method_not_allowed', message: `use ${matches.map(({ entry }) => entry.route.method).join(' or ')}` } });
     }
-    const params = Object.fromEntries(chosen.entry.names.map((name, index) => [name, decodeURIComponent(chosen.match![index + 1]!)]));
     void (async () => {
       try {
+        const params = Object.fromEntries(chosen.entry.names.map((name, index) => [name, decodePathSegment(chosen.match![index + 1]!)]));
         const body = req.method === 'GET' ? undefined : await readJson(req);
         const response = await chosen.entry.route.handle({ params, query: url.searchParams, body });
         send(res, response.status ?? 200, response.body, response.contentType);

@@ -29,7 +29,13 @@ export function createAuthenticator(store: Store, options: AuthenticatorOptions)
   const now = options.now ?? Date.now;
   const cache =
     options.ttlMs > 0
-      ? new LRUCache<string, CachedLookup>({ max: options.maxEntries, ttl: options.ttlMs, ttlAutopurge: false })
+      ? new LRUCache<string, CachedLookup>({
+          max: options.maxEntries,
+          ttl: options.ttlMs,
+          ttlAutopurge: false,
+          // Expired lookups stay (until LRU eviction) as a fallback while the store is unreachable.
+          noDeleteOnStaleGet: true,
+        })
       : undefined;
   // Concurrent first lookups of one key share one store read.
   const pending = new Map<string, Promise<CachedLookup>>();
@@ -41,11 +47,19 @@ export function createAuthenticator(store: Store, options: AuthenticatorOptions)
     if (inFlight === undefined) {
       inFlight = store
         .findKeyBySecretHash(secretHash)
-        .then((found): CachedLookup => {
-          const entry: CachedLookup = { found };
-          cache?.set(secretHash, entry);
-          return entry;
-        })
+        .then(
+          (found): CachedLookup => {
+            const entry: CachedLookup = { found };
+            cache?.set(secretHash, entry);
+            return entry;
+          },
+          (error: unknown): CachedLookup => {
+            // Store unreachable: a key seen before keeps its last known state; others get 503.
+            const stale = cache?.get(secretHash, { allowStale: true });
+            if (stale !== undefined) return stale;
+            throw new GatewayError('TG_ERR_STORE_UNAVAILABLE', undefined, undefined, undefined, error);
+          },
+        )
         .finally(() => pending.delete(secretHash));
       pending.set(secretHash, inFlight);
     }

@@ -71,7 +71,24 @@ const sqliteStoreSchema = z.strictObject({
   path: z.string().min(1).default('./data/tollgate.db'),
 });
 
-const storeSchema = z.discriminatedUnion('driver', [sqliteStoreSchema]);
+const redisStoreSchema = z.strictObject({
+  driver: z.literal('redis'),
+  /** `redis://[user:password@]host:port[/db]` or `rediss://` for TLS; use `${ENV}` for the password. */
+  url: z.string().regex(/^rediss?:\/\//, 'a redis:// or rediss:// URL'),
+  /** Prefix of every key, so several deployments can share one Redis. */
+  keyPrefix: z.string().default('tollgate:'),
+  /** Days that daily counters and usage are kept after their UTC day ends (the usage report window). */
+  usageRetentionDays: positiveInt.default(35),
+  /** Connect and command timeout: how long a request may wait on an unreachable Redis. */
+  commandTimeoutMs: positiveInt.default(1_000),
+  /**
+   * While Redis is unreachable: false (default) answers -32603 / HTTP 503 and charges nothing;
+   * true serves requests of keys already known to this replica without charging them.
+   */
+  failOpen: z.boolean().default(false),
+});
+
+const storeSchema = z.discriminatedUnion('driver', [sqliteStoreSchema, redisStoreSchema]);
 
 export const configSchema = z
   .strictObject({

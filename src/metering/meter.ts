@@ -9,8 +9,10 @@ import type { ChargeSubject, LedgerOp, LedgerResult, Store } from '../store/inde
  */
 
 export interface Meter {
+  /** A fresh id for {@link reserve}, known before the store answers so a lost answer can still be swept. */
+  newReservationId(): string;
   /** Holds credits for a call about to go upstream. */
-  reserve(subject: ChargeSubject): Promise<{ result: LedgerResult; reservationId: string }>;
+  reserve(reservationId: string, subject: ChargeSubject): Promise<LedgerResult>;
   /** Reserves and settles at once, for answers known without an upstream call. */
   charge(subject: ChargeSubject): Promise<LedgerResult>;
   settle(reservationId: string): Promise<LedgerResult>;
@@ -59,11 +61,8 @@ export function createMeter(store: Store, options: { now?: () => number } = {}):
   }
 
   return {
-    async reserve(subject) {
-      const reservationId = `${idPrefix}-${(nextReservation++).toString(36)}`;
-      const result = await submit({ type: 'reserve', reservationId, subject, nowMs: now() });
-      return { result, reservationId };
-    },
+    newReservationId: () => `${idPrefix}-${(nextReservation++).toString(36)}`,
+    reserve: (reservationId, subject) => submit({ type: 'reserve', reservationId, subject, nowMs: now() }),
     charge: (subject) => submit({ type: 'charge', subject, nowMs: now() }),
     settle: (reservationId) => submit({ type: 'settle', reservationId }),
     refund: (reservationId) => submit({ type: 'refund', reservationId }),

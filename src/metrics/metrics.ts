@@ -23,6 +23,7 @@ export interface GatewayMetrics {
   creditsCharged: Counter<'network' | 'method' | 'team'>;
   creditRejections: Counter<'network' | 'reason'>;
   configReloads: Counter<'result'>;
+  storeErrors: Counter;
 }
 
 export function createMetrics(): GatewayMetrics {
@@ -89,6 +90,11 @@ export function createMetrics(): GatewayMetrics {
       name: 'tollgate_config_reloads_total',
       help: 'Config reloads by result (ok or rejected)',
       labelNames: ['result'],
+      registers,
+    }),
+    storeErrors: new Counter({
+      name: 'tollgate_store_errors_total',
+      help: 'Ledger operations that failed because the store was unreachable',
       registers,
     }),
   };

@@ -68,6 +68,7 @@ export function createForwarder(
           deadlineReached = true;
           break;
         }
+        if (!upstream.admit()) continue; // another request holds its half-open trial
         const outcome = await upstream.call(
           call.method,
           upstreamParams(call, upstream.config),
@@ -79,6 +80,10 @@ export function createForwarder(
         if (outcome.kind === 'rpc-error') return { kind: 'rpc-error', error: outcome.error, upstream: upstream.id, attempts };
         attempts.push({ upstream: upstream.id, reason: outcome.reason });
         if (!outcome.timedOut) allTimedOut = false;
+      }
+      if (attempts.length === 0 && !deadlineReached) {
+        for (const upstream of candidates) attempts.push({ upstream: upstream.id, reason: 'circuit_open' });
+        return failed('TG_ERR_NO_HEALTHY_UPSTREAM', attempts);
       }
       return failed(deadlineReached || allTimedOut ? 'TG_ERR_UPSTREAMS_TIMED_OUT' : 'TG_ERR_UPSTREAMS_FAILED', attempts);
     },

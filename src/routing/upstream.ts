@@ -60,6 +60,18 @@ export class Upstream {
     return this.consecutiveFailures < this.breaker.failureThreshold || this.now() >= this.openUntil;
   }
 
+  /**
+   * Claims the right to send one attempt now. Always granted while the circuit is closed; once
+   * the cooldown of an open circuit is over, granted to a single trial (the circuit stays
+   * half-open for another cooldown, so concurrent requests do not pile onto a sick upstream).
+   */
+  admit(): boolean {
+    if (this.consecutiveFailures < this.breaker.failureThreshold) return true;
+    if (this.now() < this.openUntil) return false;
+    this.openUntil = this.now() + this.breaker.cooldownMs;
+    return true;
+  }
+
   /** Healthy in the readiness sense: its circuit is not open. */
   isHealthy(): boolean {
     return this.consecutiveFailures < this.breaker.failureThreshold;

@@ -28,6 +28,12 @@ export interface CallExecutorDeps {
   meter: Meter;
   cache: BlockCache;
   now: () => number;
+  /**
+   * When the store cannot be reached: false answers `-32603` (HTTP 503) and charges nothing;
+   * true serves the call without charging it.
+   */
+  failOpen: boolean;
+  onStoreError?: (error: unknown) => void;
   onCacheLookup?: (network: string, hit: boolean) => void;
 }
 
@@ -80,12 +86,29 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     ctx.creditsCharged += charged;
     if (charged > 0) ctx.charges.push({ method, credits: charged });
     if (!result.ok) ctx.creditRejections.push(result.reason);
-    ctx.teamUsed = Math.max(ctx.teamUsed ?? 0, result.teamUsed);
+    // Ledger results reach a request in the order the store applied them, so the last one is the
+    // freshest view of the team's spend; a maximum would keep a batch item's reservation in
+    // X-Credits-Remaining after that item was refunded. 0 may also mean "reservation already
+    // swept": leave it to the handler's peek at the end of the request.
+    ctx.teamUsed = result.teamUsed > 0 ? result.teamUsed : undefined;
   }
+
+  /** A ledger operation, or `undefined` when the store could not be reached. */
+  async function ledger(operation: Promise<LedgerResult>): Promise<LedgerResult | undefined> {
+    try {
+      return await operation;
+    } catch (error) {
+      deps.onStoreError?.(error);
+      return undefined;
+    }
+  }
+
+  const storeUnavailable = (id: JsonRpcId): Reply => errorReply(id, new GatewayError('TG_ERR_STORE_UNAVAILABLE'));
 
   /** Charges an answer known without an upstream call, then returns it. */
   async function chargeAndAnswer(id: JsonRpcId, subject: ChargeSubject, ctx: RequestContext, result: string | Buffer): Promise<Reply> {
-    const charged = await meter.charge(subject);
+    const charged = await ledger(meter.charge(subject));
+    if (charged === undefined) return deps.failOpen ? { id, result } : storeUnavailable(id);
     recordCharge(ctx, subject.method, charged.ok ? subject.cost : 0, charged);
     if (!charged.ok) return errorReply(id, refusal(charged, subject, now()));
     return { id, result };
@@ -124,19 +147,26 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
       if (cached !== undefined) return chargeAndAnswer(item.id, subject, ctx, cached);
     }
 
-    const { result: reserved, reservationId } = await meter.reserve(subject);
-    if (!reserved.ok) {
+    const reservationId = meter.newReservationId();
+    const reserved = await ledger(meter.reserve(reservationId, subject));
+    if (reserved === undefined && !deps.failOpen) return storeUnavailable(item.id);
+    if (reserved !== undefined && !reserved.ok) {
       recordCharge(ctx, subject.method, 0, reserved);
       return errorReply(item.id, refusal(reserved, subject, now()));
     }
     const outcome = await forward(call, network, deadline);
     ctx.attempts.push(...outcome.attempts);
     if (outcome.kind === 'failed') {
-      recordCharge(ctx, subject.method, 0, await meter.refund(reservationId));
+      // A refund the store misses now is made by the stale-reservation sweep later.
+      const refunded = reserved === undefined ? undefined : await ledger(meter.refund(reservationId));
+      if (refunded !== undefined) recordCharge(ctx, subject.method, 0, refunded);
       return errorReply(item.id, outcome.error);
     }
     ctx.upstream = outcome.upstream;
-    recordCharge(ctx, subject.method, subject.cost, await meter.settle(reservationId));
+    const settled = reserved === undefined ? undefined : await ledger(meter.settle(reservationId));
+    // Fail closed: an answer whose charge cannot be recorded is not sent (its reservation is swept later).
+    if (settled === undefined && !deps.failOpen) return storeUnavailable(item.id);
+    if (settled !== undefined) recordCharge(ctx, subject.method, subject.cost, settled);
     if (outcome.kind === 'rpc-error') return { id: item.id, error: outcome.error };
     return { id: item.id, result: outcome.bytes };
   }

@@ -83,7 +83,13 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
 
   /** X-Credits-Cost and X-Credits-Remaining for an authenticated request (the team's balance after it). */
   async function creditHeaders(auth: KeyWithTeam, ctx: RequestContext): Promise<Record<string, string>> {
-    if (ctx.teamUsed === undefined) ctx.teamUsed = (await deps.meter.peek(auth.team.id, utcDay(deps.now()))).teamUsed;
+    if (ctx.teamUsed === undefined) {
+      try {
+        ctx.teamUsed = (await deps.meter.peek(auth.team.id, utcDay(deps.now()))).teamUsed;
+      } catch {
+        return { 'x-credits-cost': String(ctx.creditsCharged) }; // the store is unreachable: balance unknown
+      }
+    }
     return {
       'x-credits-cost': String(ctx.creditsCharged),
       'x-credits-remaining': String(Math.max(0, auth.team.dailyCredits - ctx.teamUsed)),
@@ -130,7 +136,8 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
       return reject(res, ctx, parsed.error);
     }
 
-    const deadline = Date.now() + network.config.requestTimeoutMs;
+    // The injected clock, like every deadline check downstream (forwarder, single-flight).
+    const deadline = deps.now() + network.config.requestTimeoutMs;
     const items = parsed.kind === 'single' ? [parsed.item] : parsed.items;
     if (parsed.kind === 'batch') ctx.batchSize = items.length;
     for (const item of items) if (item.kind !== 'invalid') ctx.methods.push(item.method);

@@ -1,5 +1,6 @@
 import type { StoreConfig } from '../config/schema.js';
 import { createSqliteStore } from './sqlite-store.js';
+import { createRedisStore } from './redis-store.js';
 import type { Store } from './types.js';
 
 export type {
@@ -24,5 +25,13 @@ export async function openStore(config: StoreConfig, options: { now?: () => numb
   switch (config.driver) {
     case 'sqlite':
       return createSqliteStore({ path: config.path, ...options });
+    case 'redis':
+      return createRedisStore({
+        url: config.url,
+        keyPrefix: config.keyPrefix,
+        usageRetentionDays: config.usageRetentionDays,
+        commandTimeoutMs: config.commandTimeoutMs,
+        ...options,
+      });
   }
 }

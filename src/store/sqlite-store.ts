@@ -211,8 +211,9 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
        VALUES (@id, @teamId, @label, @dailyCap, @allowedNetworks, @expiresAt, NULL, @createdAt)`,
     ),
     insertSecret: db.prepare<[string, string]>('INSERT INTO key_secrets (secret_hash, key_id, valid_until) VALUES (?, ?, NULL)'),
-    expireSecrets: db.prepare<[number, string]>(
-      'UPDATE key_secrets SET valid_until = MIN(COALESCE(valid_until, ?1), ?1) WHERE key_id = ?2',
+    // Named parameters: better-sqlite3 rejects numbered ones (`?1`) bound positionally ("Too many parameter values").
+    expireSecrets: db.prepare<[{ validUntil: number; keyId: string }]>(
+      'UPDATE key_secrets SET valid_until = MIN(COALESCE(valid_until, @validUntil), @validUntil) WHERE key_id = @keyId',
     ),
     keyBySecretHash: db.prepare<[string], KeyRow & { valid_until: number | null }>(
       `SELECT k.id, k.team_id, k.label, k.daily_cap, k.allowed_networks, k.expires_at, k.revoked_at, k.created_at, s.valid_until
@@ -406,7 +407,7 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
 
   const rotate = db.transaction((id: string, newSecretHash: string, previousValidUntil: number): boolean => {
     if (statements.keyById.get(id) === undefined) return false;
-    statements.expireSecrets.run(previousValidUntil, id);
+    statements.expireSecrets.run({ validUntil: previousValidUntil, keyId: id });
     statements.insertSecret.run(newSecretHash, id);
     return true;
   });
