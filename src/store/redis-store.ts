@@ -133,7 +133,7 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
     await redis.ping();
   } catch (error) {
     redis.disconnect();
-    throw new Error(`cannot reach Redis at ${redactRedisUrl(options.url)}: ${(error as Error).message}`);
+    throw new Error(`cannot reach Redis at ${redactRedisUrl(options.url)}: ${(error as Error).message}`, { cause: error });
   }
   redis.defineCommand('tgCharge', { numberOfKeys: 5, lua: CHARGE_SCRIPT });
   redis.defineCommand('tgReserve', { numberOfKeys: 5, lua: RESERVE_SCRIPT });
