@@ -6,6 +6,7 @@ import type { StoreConfig } from './config/schema.js';
 import { startGateway } from './gateway.js';
 import { openStore, StoreConflictError, type Store } from './store/index.js';
 import { AdminError, createAdminService, type AdminService } from './admin/admin-service.js';
+import { utcDay } from './metering/meter.js';
 
 /**
  * The `tollgate` command. `serve` runs the gateway from a config file (SIGTERM drains, SIGHUP
@@ -26,6 +27,7 @@ const USAGE = `Usage:
   tollgate keys rotate KEY_ID [--grace-seconds N]
   tollgate keys revoke KEY_ID
   tollgate usage (--team NAME | --key KEY_ID) [--days N | --from YYYY-MM-DD --to YYYY-MM-DD]
+  tollgate migrate --from sqlite:PATH --to redis://HOST:PORT [--key-prefix P]
 
 Admin verbs read the store from --config FILE (default: $TOLLGATE_CONFIG or config/gateway.yaml),
 or from --db FILE (a SQLite database file).`;
@@ -48,6 +50,7 @@ const OPTIONS = {
   expires: { type: 'string' },
   'grace-seconds': { type: 'string' },
   days: { type: 'string' },
+  'key-prefix': { type: 'string' },
   from: { type: 'string' },
   to: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
@@ -107,6 +110,40 @@ async function serve(values: Values): Promise<void> {
   process.on('SIGHUP', () => void gateway.reload().catch(() => undefined));
 }
 
+/**
+ * Copies teams, keys (secret hashes included, so issued keys keep working) and today's usage from
+ * a SQLite store into Redis. Run it with the gateways stopped; reservations are not copied.
+ */
+async function migrate(values: Values): Promise<void> {
+  const from = requireArg(values.from, '--from sqlite:PATH');
+  const to = requireArg(values.to, '--to redis://...');
+  if (!from.startsWith('sqlite:')) throw new UsageError('--from must be sqlite:PATH');
+  if (!/^rediss?:\/\//.test(to)) throw new UsageError('--to must be a redis:// URL');
+  const source = await openStore({ driver: 'sqlite', path: from.slice('sqlite:'.length) });
+  const target = await openStore({
+    driver: 'redis',
+    url: to,
+    keyPrefix: values['key-prefix'] ?? 'tollgate:',
+    usageRetentionDays: 35,
+    commandTimeoutMs: 5_000,
+    failOpen: false,
+  });
+  try {
+    const snapshot = await source.exportSnapshot(utcDay(Date.now()));
+    await target.importSnapshot(snapshot);
+    print({
+      teams: snapshot.teams.length,
+      keys: snapshot.keys.length,
+      usageRows: snapshot.usage.length,
+      day: snapshot.day,
+      credits: snapshot.usage.reduce((sum, row) => sum + row.credits, 0),
+    });
+  } finally {
+    await source.close();
+    await target.close();
+  }
+}
+
 async function main(argv: string[]): Promise<void> {
   const { values, positionals } = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
   const [command, verb, ...rest] = positionals;
@@ -116,7 +153,7 @@ async function main(argv: string[]): Promise<void> {
   }
   const creditsPerSecond = (): number | null | undefined =>
     values['credits-per-second'] === 'none' ? null : wholeNumber(values['credits-per-second'], '--credits-per-second');
-  switch (['serve', 'devnet', 'usage'].includes(command) ? command : `${command} ${verb ?? ''}`) {
+  switch (['serve', 'devnet', 'usage', 'migrate'].includes(command) ? command : `${command} ${verb ?? ''}`) {
     case 'serve':
       return serve(values);
     case 'devnet': {
@@ -169,6 +206,8 @@ async function main(argv: string[]): Promise<void> {
       return withAdmin(values, (admin) =>
         admin.usage({ team: values.team, key: values.key, from: values.from, to: values.to, days: wholeNumber(values.days, '--days') }),
       );
+    case 'migrate':
+      return migrate(values);
     default:
       throw new UsageError(`unknown command "${positionals.join(' ')}"`);
   }

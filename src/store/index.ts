@@ -17,6 +17,7 @@ export type {
   UsageRow,
   TeamPatch,
   KeyPatch,
+  StoreSnapshot,
 } from './types.js';
 export { StoreConflictError } from './types.js';
 

@@ -16,6 +16,7 @@ import {
   type Team,
   type TeamPatch,
   type UsageRow,
+  type StoreSnapshot,
 } from './types.js';
 
 /**
@@ -163,7 +164,7 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
     ];
   }
 
-  return {
+  const store: Store = {
     async createTeam(team: NewTeam) {
       const id = newId('team');
       const claimed = await redis.set(`${p}team-name:${team.name}`, id, 'NX');
@@ -366,6 +367,66 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
       }
       return refunded;
     },
+    async exportSnapshot(day) {
+      const keys = await store.listKeys();
+      const withSecrets = await Promise.all(
+        keys.map(async (key) => {
+          const hashes = await redis.smembers(`${p}key-secrets:${key.id}`);
+          const secrets = await Promise.all(
+            hashes.map(async (hash) => {
+              const validUntil = await redis.hget(`${p}secret:${hash}`, 'validUntil');
+              return { hash, validUntil: validUntil === null || validUntil === '' ? null : Number(validUntil) };
+            }),
+          );
+          return { ...key, secrets };
+        }),
+      );
+      return { teams: await store.listTeams(), keys: withSecrets, day, usage: await store.usage({ fromDay: day, toDay: day }) };
+    },
+    async importSnapshot(snapshot: StoreSnapshot) {
+      for (const team of snapshot.teams) {
+        if ((await redis.set(`${p}team-name:${team.name}`, team.id, 'NX')) === null) {
+          throw new StoreConflictError(`a team named "${team.name}" already exists`);
+        }
+      }
+      const multi = redis.multi();
+      for (const team of snapshot.teams) {
+        multi.hset(`${p}team:${team.id}`, {
+          id: team.id,
+          name: team.name,
+          dailyCredits: team.dailyCredits,
+          creditsPerSecond: team.creditsPerSecond ?? '',
+          createdAt: team.createdAt,
+        });
+        multi.zadd(`${p}teams`, team.createdAt, team.id);
+      }
+      for (const key of snapshot.keys) {
+        multi.hset(`${p}key:${key.id}`, {
+          id: key.id,
+          teamId: key.teamId,
+          label: key.label ?? '',
+          dailyCap: key.dailyCap ?? '',
+          allowedNetworks: key.allowedNetworks === null ? '' : JSON.stringify(key.allowedNetworks),
+          expiresAt: key.expiresAt ?? '',
+          revokedAt: key.revokedAt ?? '',
+          createdAt: key.createdAt,
+        });
+        multi.zadd(`${p}keys`, key.createdAt, key.id).zadd(`${p}team-keys:${key.teamId}`, key.createdAt, key.id);
+        for (const secret of key.secrets) {
+          multi.hset(`${p}secret:${secret.hash}`, { keyId: key.id, validUntil: secret.validUntil ?? '' });
+          multi.sadd(`${p}key-secrets:${key.id}`, secret.hash);
+        }
+      }
+      for (const row of snapshot.usage) {
+        const ttl = retentionSeconds(row.day);
+        const field = `${row.keyId}\t${row.network}\t${row.method}`;
+        multi.hincrby(`${p}usage:c:${row.teamId}:${row.day}`, field, row.credits).expire(`${p}usage:c:${row.teamId}:${row.day}`, ttl);
+        multi.hincrby(`${p}usage:r:${row.teamId}:${row.day}`, field, row.requests).expire(`${p}usage:r:${row.teamId}:${row.day}`, ttl);
+        multi.incrby(`${p}used:team:${row.teamId}:${row.day}`, row.credits).expire(`${p}used:team:${row.teamId}:${row.day}`, ttl);
+        multi.incrby(`${p}used:key:${row.keyId}:${row.day}`, row.credits).expire(`${p}used:key:${row.keyId}:${row.day}`, ttl);
+      }
+      await multi.exec();
+    },
     async ping() {
       await redis.ping();
     },
@@ -375,4 +436,5 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
       redis.disconnect();
     },
   };
+  return store;
 }

@@ -19,6 +19,7 @@ import {
   type Team,
   type TeamPatch,
   type UsageRow,
+  type StoreSnapshot,
 } from './types.js';
 
 /**
@@ -412,12 +413,39 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
     return true;
   });
 
+  const importAll = db.transaction((snapshot: StoreSnapshot) => {
+    for (const team of snapshot.teams) {
+      statements.insertTeam.run(team.id, team.name, team.dailyCredits, team.creditsPerSecond, team.createdAt);
+    }
+    for (const key of snapshot.keys) {
+      statements.insertKey.run({
+        id: key.id,
+        teamId: key.teamId,
+        label: key.label,
+        dailyCap: key.dailyCap,
+        allowedNetworks: key.allowedNetworks === null ? null : JSON.stringify(key.allowedNetworks),
+        expiresAt: key.expiresAt,
+        createdAt: key.createdAt,
+      });
+      if (key.revokedAt !== null) statements.revokeKey.run(key.revokedAt, key.id);
+      for (const secret of key.secrets) {
+        statements.insertSecret.run(secret.hash, key.id);
+        if (secret.validUntil !== null) db.prepare('UPDATE key_secrets SET valid_until = ? WHERE secret_hash = ?').run(secret.validUntil, secret.hash);
+      }
+    }
+    for (const row of snapshot.usage) {
+      statements.addUsage.run(row.teamId, row.keyId, row.day, row.network, row.method, row.credits, row.requests);
+      statements.addTeamUsed.run(row.teamId, row.day, row.credits);
+      statements.addKeyUsed.run(row.keyId, row.day, row.credits);
+    }
+  });
+
   const insertKeyWithSecret = db.transaction((row: Record<string, unknown>, secretHash: string) => {
     statements.insertKey.run(row);
     statements.insertSecret.run(secretHash, row.id as string);
   });
 
-  return {
+  const store: Store = {
     async createTeam(team: NewTeam) {
       const row: TeamRow = {
         id: newId('team'),
@@ -538,6 +566,17 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
     async recoverReservations(olderThanMs) {
       return recover.immediate(olderThanMs);
     },
+    async exportSnapshot(day) {
+      const secrets = db.prepare<[], { key_id: string; secret_hash: string; valid_until: number | null }>('SELECT key_id, secret_hash, valid_until FROM key_secrets').all();
+      const keys = statements.listKeys.all().map((row) => ({
+        ...toKey(row),
+        secrets: secrets.filter((secret) => secret.key_id === row.id).map((secret) => ({ hash: secret.secret_hash, validUntil: secret.valid_until })),
+      }));
+      return { teams: statements.listTeams.all().map(toTeam), keys, day, usage: await store.usage({ fromDay: day, toDay: day }) };
+    },
+    async importSnapshot(snapshot) {
+      importAll(snapshot);
+    },
     async ping() {
       db.prepare('SELECT 1').get();
     },
@@ -545,4 +584,5 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
       db.close();
     },
   };
+  return store;
 }

@@ -82,6 +82,10 @@ export interface Store {
    * (checked at start-up) and any older than `olderThanMs`. Returns how many were refunded.
    */
   recoverReservations(olderThanMs: number): Promise<number>;
+  /** Teams, keys with their secret hashes, and one day's usage: what `tollgate migrate` copies. */
+  exportSnapshot(day: string): Promise<StoreSnapshot>;
+  /** Writes a snapshot into this store; ids are kept, existing teams with the same name conflict. */
+  importSnapshot(snapshot: StoreSnapshot): Promise<void>;
   /** Resolves if the store answers (readiness); rejects otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;
@@ -157,4 +161,12 @@ export interface KeyPatch {
   allowedNetworks?: string[] | null;
   expiresAt?: number | null;
   label?: string | null;
+}
+
+export interface StoreSnapshot {
+  teams: Team[];
+  keys: Array<ApiKey & { secrets: Array<{ hash: string; validUntil: number | null }> }>;
+  day: string;
+  /** The day's settled usage; day totals are rebuilt from it on import. */
+  usage: UsageRow[];
 }
