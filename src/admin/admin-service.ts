@@ -2,6 +2,7 @@ import { generateSecret, hashSecret } from '../auth/api-key.js';
 import { issueKey } from './key-issuer.js';
 import { utcDay } from '../metering/meter.js';
 import type { ApiKey, KeyPatch, NewKey, Store, Team, TeamPatch, UsageRow } from '../store/index.js';
+import { StoreConflictError } from '../store/index.js';
 
 /**
  * What operators can do to teams, keys and usage, shared by the admin HTTP API and the CLI so
@@ -73,7 +74,13 @@ export function createAdminService(store: Store, options: { now?: () => number; 
   return {
     async createTeam(input) {
       if (await store.findTeam(input.name)) throw new AdminError(409, `a team named "${input.name}" already exists`);
-      return store.createTeam(input);
+      try {
+        return await store.createTeam(input);
+      } catch (error) {
+        // Another process (a replica, the CLI) created the name between the check and the insert.
+        if (error instanceof StoreConflictError) throw new AdminError(409, error.message);
+        throw error;
+      }
     },
     listTeams: () => store.listTeams(),
     getTeam: team,

@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { hash, randomBytes } from 'node:crypto';
 
 /**
  * API key secrets: `tg_` + 32 URL-safe characters (192 random bits). Only the SHA-256 of a
@@ -11,5 +11,6 @@ export function generateSecret(): string {
 }
 
 export function hashSecret(secret: string): string {
-  return createHash('sha256').update(secret).digest('hex');
+  // One-shot `hash` (Node ≥ 20.12): about half the cost of a Hash object, once per request.
+  return hash('sha256', secret, 'hex');
 }

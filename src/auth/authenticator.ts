@@ -20,7 +20,8 @@ export interface AuthenticatorOptions {
 type CachedLookup = { found: KeyWithTeam } | { found: null };
 
 export interface Authenticator {
-  authenticate(secret: string, networkId: string): Promise<KeyWithTeam>;
+  /** The key and team of a secret; `-32016` if the key is unknown, revoked, expired or rotated out. */
+  authenticate(secret: string): Promise<KeyWithTeam>;
   /** Drops every cached lookup (after an admin change that this process made). */
   clear(): void;
 }
@@ -67,7 +68,7 @@ export function createAuthenticator(store: Store, options: AuthenticatorOptions)
   }
 
   return {
-    async authenticate(secret, networkId) {
+    async authenticate(secret) {
       const { found } = await lookup(hashSecret(secret));
       if (found === null) throw new GatewayError('TG_ERR_INVALID_KEY');
       const { key, secretValidUntil } = found;
@@ -75,13 +76,18 @@ export function createAuthenticator(store: Store, options: AuthenticatorOptions)
       if (secretValidUntil !== null && secretValidUntil <= now()) throw new GatewayError('TG_ERR_INVALID_KEY');
       if (key.revokedAt !== null && key.revokedAt <= now()) throw new GatewayError('TG_ERR_INVALID_KEY');
       if (key.expiresAt !== null && key.expiresAt <= now()) throw new GatewayError('TG_ERR_INVALID_KEY');
-      if (key.allowedNetworks !== null && !key.allowedNetworks.includes(networkId)) {
-        throw new GatewayError('TG_ERR_NETWORK_NOT_ALLOWED', `this API key is not allowed on network ${networkId}`);
-      }
       return found;
     },
     clear() {
       cache?.clear();
     },
   };
+}
+
+/** `-32002` unless the key's network allow-list (if any) includes the network. */
+export function checkNetworkAllowed(auth: KeyWithTeam, networkId: string): void {
+  const allowed = auth.key.allowedNetworks;
+  if (allowed !== null && !allowed.includes(networkId)) {
+    throw new GatewayError('TG_ERR_NETWORK_NOT_ALLOWED', `this API key is not allowed on network ${networkId}`);
+  }
 }

@@ -78,8 +78,16 @@ export function createMeter(store: Store, options: { now?: () => number } = {}):
 
 /** The UTC day of an instant, `YYYY-MM-DD`: the unit of daily quotas and usage reports. */
 export function utcDay(epochMs: number): string {
-  return new Date(epochMs).toISOString().slice(0, 10);
+  // Every charged call asks; the answer changes once a day, so the last day is remembered.
+  if (epochMs >= lastDay.start && epochMs < lastDay.start + DAY_MS) return lastDay.text;
+  const text = new Date(epochMs).toISOString().slice(0, 10);
+  lastDay = { start: Math.floor(epochMs / DAY_MS) * DAY_MS, text };
+  return text;
 }
+
+/** A UTC day is exactly this long in epoch milliseconds (no leap seconds in JavaScript time). */
+const DAY_MS = 86_400_000;
+let lastDay = { start: Number.NaN, text: '' };
 
 /** Epoch ms of the next 00:00 UTC after `epochMs`: when daily balances reset. */
 export function nextUtcMidnight(epochMs: number): number {

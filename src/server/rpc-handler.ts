@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { GatewayError, toHttpStatus } from '../errors.js';
 import { errorReply, parseBody, serialiseReplies, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
-import type { Authenticator } from '../auth/authenticator.js';
+import { checkNetworkAllowed, type Authenticator } from '../auth/authenticator.js';
 import type { GatewayConfig } from '../config/schema.js';
 import { redactKeyPath, type Logger } from '../logging/logger.js';
 import { createRequestContext, type RequestContext } from './context.js';
@@ -42,17 +42,48 @@ const REQUEST_ID_HEADER = /^[A-Za-z0-9._:-]{1,128}$/;
 
 class BodyTooLargeError extends Error {}
 
-async function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer> {
+/**
+ * Reads the whole body. Plain listeners rather than `for await`: the stream's async iterator
+ * costs a few microseconds per request, which shows on the cache-hit path (docs/benchmarks.md).
+ */
+function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer> {
   const declared = Number(req.headers['content-length']);
-  if (Number.isFinite(declared) && declared > maxBytes) throw new BodyTooLargeError();
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > maxBytes) throw new BodyTooLargeError();
-    chunks.push(chunk as Buffer);
-  }
-  return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
+  if (Number.isFinite(declared) && declared > maxBytes) return Promise.reject(new BodyTooLargeError());
+  // The client may have gone while the key was being looked up: no event would come any more.
+  if (req.destroyed) return Promise.reject(new Error('request closed before its body was read'));
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer): void => {
+      size += chunk.length;
+      if (size > maxBytes) {
+        stop();
+        req.resume(); // discard the rest; the 413 reply closes the connection
+        reject(new BodyTooLargeError());
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = (): void => {
+      stop();
+      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    };
+    const onError = (error: Error): void => {
+      stop();
+      reject(error);
+    };
+    const onClose = (): void => onError(new Error('request closed before its body was read'));
+    const stop = (): void => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onError);
+      req.off('close', onClose);
+    };
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onError);
+    req.on('close', onClose);
+  });
 }
 
 function isJsonContentType(header: string | undefined): boolean {
@@ -114,9 +145,19 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
     }
 
     // Authenticate before reading the body: unknown keys cost no parsing.
-    const auth = await deps.authenticator.authenticate(resolved.value.apiKey, network.config.id);
+    const auth = await deps.authenticator.authenticate(resolved.value.apiKey);
     ctx.keyId = auth.key.id;
     ctx.teamId = auth.team.id;
+    // From here on the team is known: even a rejection carries the credit headers.
+    const rejectWithCredits = async (error: GatewayError) => {
+      for (const [name, value] of Object.entries(await creditHeaders(auth, ctx))) res.setHeader(name, value);
+      reject(res, ctx, error);
+    };
+    try {
+      checkNetworkAllowed(auth, network.config.id);
+    } catch (error) {
+      return rejectWithCredits(error as GatewayError);
+    }
 
     let body: Buffer;
     try {
@@ -124,17 +165,13 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
     } catch (error) {
       if (error instanceof BodyTooLargeError) {
         res.setHeader('connection', 'close');
-        res.setHeader('x-credits-cost', '0');
-        return reject(res, ctx, new GatewayError('TG_ERR_BODY_TOO_LARGE', `request body larger than ${serverConfig.maxBodyBytes} bytes`));
+        return rejectWithCredits(new GatewayError('TG_ERR_BODY_TOO_LARGE', `request body larger than ${serverConfig.maxBodyBytes} bytes`));
       }
       throw error;
     }
 
     const parsed = parseBody(body, serverConfig.maxBatchItems);
-    if (parsed.kind === 'rejected') {
-      for (const [name, value] of Object.entries(await creditHeaders(auth, ctx))) res.setHeader(name, value);
-      return reject(res, ctx, parsed.error);
-    }
+    if (parsed.kind === 'rejected') return rejectWithCredits(parsed.error);
 
     // The injected clock, like every deadline check downstream (forwarder, single-flight).
     const deadline = deps.now() + network.config.requestTimeoutMs;
@@ -196,25 +233,28 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
         else res.destroy();
       })
       .finally(() => {
-        logger.info(
-          {
-            requestId: ctx.requestId,
-            path: redactKeyPath(req.url ?? ''),
-            network: ctx.networkId,
-            teamId: ctx.teamId,
-            keyId: ctx.keyId,
-            methods: ctx.methods,
-            batchSize: ctx.batchSize,
-            status: ctx.httpStatus,
-            error: ctx.errorCode,
-            credits: ctx.creditsCharged,
-            cache: ctx.cache,
-            upstream: ctx.upstream,
-            attempts: ctx.attempts.length > 0 ? ctx.attempts : undefined,
-            durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
-          },
-          'request',
-        );
+        // Building the line costs more than a disabled level check (see docs/benchmarks.md).
+        if (logger.isLevelEnabled('info')) {
+          logger.info(
+            {
+              requestId: ctx.requestId,
+              path: redactKeyPath(req.url ?? ''),
+              network: ctx.networkId,
+              teamId: ctx.teamId,
+              keyId: ctx.keyId,
+              methods: ctx.methods,
+              batchSize: ctx.batchSize,
+              status: ctx.httpStatus,
+              error: ctx.errorCode,
+              credits: ctx.creditsCharged,
+              cache: ctx.cache,
+              upstream: ctx.upstream,
+              attempts: ctx.attempts.length > 0 ? ctx.attempts : undefined,
+              durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
+            },
+            'request',
+          );
+        }
         deps.onFinished?.(ctx);
       });
   };
