@@ -68,17 +68,20 @@ function configPath(values: Values): string {
   return values.config ?? process.env.TOLLGATE_CONFIG ?? 'config/gateway.yaml';
 }
 
-function storeConfigOf(values: Values): StoreConfig {
-  if (values.db !== undefined) return { driver: 'sqlite', path: values.db };
+/** The store the admin verbs work on, and the config's default rotation grace (0 with --db). */
+function adminContextOf(values: Values): { store: StoreConfig; rotationGraceMs: number } {
+  if (values.db !== undefined) return { store: { driver: 'sqlite', path: values.db }, rotationGraceMs: 0 };
   const path = configPath(values);
   if (!existsSync(path)) throw new UsageError(`no config file at ${path}: pass --config FILE or --db FILE`);
-  return loadConfigFile(path).store;
+  const config = loadConfigFile(path);
+  return { store: config.store, rotationGraceMs: config.auth.rotationGraceMs };
 }
 
-async function withAdmin(values: Values, run: (admin: AdminService) => Promise<unknown>): Promise<void> {
-  const store: Store = await openStore(storeConfigOf(values));
+async function withAdmin(values: Values, run: (admin: AdminService, rotationGraceMs: number) => Promise<unknown>): Promise<void> {
+  const context = adminContextOf(values);
+  const store: Store = await openStore(context.store);
   try {
-    print(await run(createAdminService(store)));
+    print(await run(createAdminService(store), context.rotationGraceMs));
   } finally {
     await store.close();
   }
@@ -197,9 +200,10 @@ async function main(argv: string[]): Promise<void> {
     case 'keys list':
       return withAdmin(values, (admin) => admin.listKeys(values.team));
     case 'keys rotate':
-      return withAdmin(values, (admin) =>
-        admin.rotateKey(requireArg(rest[0], 'KEY_ID'), (wholeNumber(values['grace-seconds'], '--grace-seconds') ?? 0) * 1000),
-      );
+      return withAdmin(values, (admin, defaultGraceMs) => {
+        const graceSeconds = wholeNumber(values['grace-seconds'], '--grace-seconds');
+        return admin.rotateKey(requireArg(rest[0], 'KEY_ID'), graceSeconds === undefined ? defaultGraceMs : graceSeconds * 1000);
+      });
     case 'keys revoke':
       return withAdmin(values, (admin) => admin.revokeKey(requireArg(rest[0], 'KEY_ID')));
     case 'usage':
