@@ -1,4 +1,4 @@
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { GatewayConfig } from './config/schema.js';
 import { createAdminHandler, adminApiRoutes, type AdminRoute } from './admin/admin-server.js';
@@ -154,6 +154,31 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     }),
   );
 
+  // Each request holds the network set it started on. A set replaced by a reload is closed only
+  // once the last request that started on it is done, so a request in flight keeps the pools of
+  // the upstreams it has not tried yet (failover). While draining, every response tells its
+  // keep-alive client to close, so the drain ends with the last response, not a keep-alive timeout.
+  const requestsBySet = new Map<NetworkSet, number>();
+  const retiredSets = new Set<NetworkSet>();
+  const openResponses = new Set<ServerResponse>();
+  const release = (set: NetworkSet): void => {
+    const left = (requestsBySet.get(set) ?? 1) - 1;
+    if (left > 0) return void requestsBySet.set(set, left);
+    requestsBySet.delete(set);
+    if (retiredSets.delete(set)) void set.close();
+  };
+  // Prepended: it runs before the handler reads `networks`, so both see the same set.
+  rpcServer.prependListener('request', (_req: IncomingMessage, res: ServerResponse) => {
+    if (draining) res.setHeader('connection', 'close');
+    const set = networks;
+    requestsBySet.set(set, (requestsBySet.get(set) ?? 0) + 1);
+    openResponses.add(res);
+    res.once('close', () => {
+      openResponses.delete(res);
+      release(set);
+    });
+  });
+
   async function reload(): Promise<void> {
     if (options.loadConfig === undefined) throw new Error('this gateway was started without a config file to reload');
     let next: GatewayConfig;
@@ -170,7 +195,8 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     metrics.configReloads.inc({ result: 'ok' });
     logger.info({ networks: [...networks.byId.keys()] }, 'config reloaded: networks, upstreams and costs');
     // Requests already running hold the previous set; its pools close once they finish.
-    void previous.close();
+    if (requestsBySet.has(previous)) retiredSets.add(previous);
+    else void previous.close();
   }
 
   async function readiness(): Promise<{ ready: boolean; checks: Record<string, unknown> }> {
@@ -247,7 +273,9 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
       await closeServer(rpcServer);
       await closeServer(adminServer);
       await meter.flush();
-      await networks.close();
+      const sets = [networks, ...retiredSets];
+      retiredSets.clear();
+      await Promise.all(sets.map((set) => set.close()));
       if (ownsStore) await store.close();
     })();
     return closing;
@@ -266,6 +294,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     async drain() {
       draining = true;
       logger.info({ graceMs: config.server.drainTimeoutMs }, 'draining: refusing new connections, finishing in-flight requests');
+      for (const res of openResponses) if (!res.headersSent) res.setHeader('connection', 'close');
       const drained = closeServer(rpcServer);
       const timer = setTimeout(() => {
         logger.warn('drain grace period over: closing remaining connections');

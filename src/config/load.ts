@@ -77,7 +77,10 @@ export function loadConfigFile(path: string, env: NodeJS.ProcessEnv = process.en
   try {
     raw = parseYaml(text);
   } catch (error) {
-    throw new ConfigError(`${path} is not valid YAML: ${(error as Error).message}`);
+    // Only the first line ("… at line 3, column 10"): the rest quotes the file, which may hold a
+    // literal secret, and this message is logged when a reload is rejected.
+    const summary = (error as Error).message.split('\n', 1)[0]!.replace(/:$/, '');
+    throw new ConfigError(`${path} is not valid YAML: ${summary}`);
   }
   return parseConfig(raw, env, path);
 }

@@ -76,6 +76,10 @@ export function createMeter(store: Store, options: { now?: () => number } = {}):
   };
 }
 
+/** A UTC day is exactly this long in epoch milliseconds (no leap seconds in JavaScript time). */
+const DAY_MS = 86_400_000;
+let lastDay = { start: Number.NaN, text: '' };
+
 /** The UTC day of an instant, `YYYY-MM-DD`: the unit of daily quotas and usage reports. */
 export function utcDay(epochMs: number): string {
   // Every charged call asks; the answer changes once a day, so the last day is remembered.
@@ -84,10 +88,6 @@ export function utcDay(epochMs: number): string {
   lastDay = { start: Math.floor(epochMs / DAY_MS) * DAY_MS, text };
   return text;
 }
-
-/** A UTC day is exactly this long in epoch milliseconds (no leap seconds in JavaScript time). */
-const DAY_MS = 86_400_000;
-let lastDay = { start: Number.NaN, text: '' };
 
 /** Epoch ms of the next 00:00 UTC after `epochMs`: when daily balances reset. */
 export function nextUtcMidnight(epochMs: number): number {

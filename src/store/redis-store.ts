@@ -342,9 +342,13 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
           }
         }
       }
-      return rows.sort((a, b) =>
-        [a.day, a.teamId, a.keyId, a.network, a.method].join('\u0000').localeCompare([b.day, b.teamId, b.keyId, b.network, b.method].join('\u0000')),
-      );
+      // Field by field in code-unit order, as SQLite's ORDER BY (localeCompare ignores the \u0000
+      // separators and folds case, so 'eth-sepolia' sorted before 'eth').
+      const fields = ['day', 'teamId', 'keyId', 'network', 'method'] as const;
+      return rows.sort((a, b) => {
+        for (const field of fields) if (a[field] !== b[field]) return a[field] < b[field] ? -1 : 1;
+        return 0;
+      });
     },
     async recoverReservations(olderThanMs) {
       const ids = await redis.zrange(`${p}reservations`, '0', '-1');
@@ -384,10 +388,15 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
       return { teams: await store.listTeams(), keys: withSecrets, day, usage: await store.usage({ fromDay: day, toDay: day }) };
     },
     async importSnapshot(snapshot: StoreSnapshot) {
+      const claimed: string[] = [];
       for (const team of snapshot.teams) {
         if ((await redis.set(`${p}team-name:${team.name}`, team.id, 'NX')) === null) {
+          // Release the names this import claimed, so that a refused import leaves nothing behind
+          // and can be retried once the clash is resolved.
+          if (claimed.length > 0) await redis.del(...claimed);
           throw new StoreConflictError(`a team named "${team.name}" already exists`);
         }
+        claimed.push(`${p}team-name:${team.name}`);
       }
       const multi = redis.multi();
       for (const team of snapshot.teams) {

@@ -575,7 +575,17 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
       return { teams: statements.listTeams.all().map(toTeam), keys, day, usage: await store.usage({ fromDay: day, toDay: day }) };
     },
     async importSnapshot(snapshot) {
-      importAll(snapshot);
+      try {
+        importAll(snapshot);
+      } catch (error) {
+        // The transaction rolled back; a team name clash is a conflict, as the interface says.
+        const clash =
+          (error as { code?: string }).code === 'SQLITE_CONSTRAINT_UNIQUE'
+            ? snapshot.teams.find((team) => statements.teamByIdOrName.get(team.name, team.name)?.name === team.name)
+            : undefined;
+        if (clash !== undefined) throw new StoreConflictError(`a team named "${clash.name}" already exists`);
+        throw error;
+      }
     },
     async ping() {
       db.prepare('SELECT 1').get();

@@ -1,0 +1,630 @@
+// The Store contract (DESIGN §3 and §6: one interface, two drivers): every method of
+// src/store/types.ts, run unchanged against the embedded SQLite driver and the Redis driver
+// (a real redis-server on loopback, a fresh key prefix per test). Snapshots are exported from
+// one driver and imported into the other, as `tollgate migrate` does.
+
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { openStore, StoreConflictError, type ApiKey, type ChargeSubject, type LedgerResult, type Store, type StoreSnapshot, type Team } from '../src/store/index.js';
+import { useRedis } from './helpers/redis.js';
+
+// ---------------------------------------------------------------------------------------------
+// Drivers
+
+const redis = useRedis();
+const tempDir = mkdtempSync(join(tmpdir(), 'tollgate-store-contract-'));
+afterAll(() => rmSync(tempDir, { recursive: true, force: true }));
+
+let counter = 0;
+const opened: Store[] = [];
+afterEach(async () => {
+  await Promise.all(opened.splice(0).map((store) => store.close().catch(() => undefined)));
+});
+
+/** An empty store, and a way to open more handles on the same data (other processes / replicas). */
+interface Backing {
+  store: Store;
+  another(): Promise<Store>;
+}
+
+type DriverName = 'sqlite' | 'redis';
+
+async function freshBacking(driver: DriverName): Promise<Backing> {
+  counter += 1;
+  const open =
+    driver === 'sqlite'
+      ? (() => {
+          const path = join(tempDir, `contract-${counter}.db`);
+          return () => openStore({ driver: 'sqlite', path });
+        })()
+      : (() => {
+          const keyPrefix = `contract:${counter}:${randomBytes(4).toString('hex')}:`;
+          return () =>
+            openStore({ driver: 'redis', url: redis.url, keyPrefix, usageRetentionDays: 35, commandTimeoutMs: 5_000, failOpen: false });
+        })();
+  const another = async () => {
+    const store = await open();
+    opened.push(store);
+    return store;
+  };
+  return { store: await another(), another };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+const DAY_MS = 86_400_000;
+const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
+const TODAY = utcDay(Date.now());
+const YESTERDAY = utcDay(Date.now() - DAY_MS);
+const TWO_DAYS_AGO = utcDay(Date.now() - 2 * DAY_MS);
+
+const hash = (): string => randomBytes(32).toString('hex');
+const uniqueName = (label: string): string => `${label}-${randomBytes(4).toString('hex')}`;
+
+function subject(team: Team, key: ApiKey, over: Partial<ChargeSubject> = {}): ChargeSubject {
+  return {
+    teamId: team.id,
+    keyId: key.id,
+    network: 'eth',
+    method: 'eth_getBlockByHash',
+    cost: 80,
+    day: TODAY,
+    teamDailyCredits: team.dailyCredits,
+    keyDailyCap: key.dailyCap,
+    teamCreditsPerSecond: team.creditsPerSecond,
+    ...over,
+  };
+}
+
+async function teamWithKey(store: Store, team: { dailyCredits: number; creditsPerSecond?: number | null }, key: { dailyCap?: number | null } = {}) {
+  const created = await store.createTeam({ name: uniqueName('team'), ...team });
+  const secretHash = hash();
+  const apiKey = await store.createKey({ teamId: created.id, secretHash, ...key });
+  return { team: created, key: apiKey, secretHash };
+}
+
+async function peek(store: Store, teamId: string, day = TODAY): Promise<number> {
+  const [result] = await store.applyLedger([{ type: 'peek', teamId, day }]);
+  return result!.teamUsed;
+}
+
+async function charge(store: Store, s: ChargeSubject, nowMs = Date.now()): Promise<LedgerResult> {
+  const [result] = await store.applyLedger([{ type: 'charge', subject: s, nowMs }]);
+  return result!;
+}
+
+const byName = (a: Team, b: Team) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+const byId = <T extends { id: string }>(a: T, b: T) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+
+/** A snapshot in a canonical order, for comparing what two drivers exported. */
+function canonical(snapshot: StoreSnapshot): StoreSnapshot {
+  return {
+    day: snapshot.day,
+    teams: [...snapshot.teams].sort(byId),
+    keys: [...snapshot.keys]
+      .sort(byId)
+      .map((key) => ({ ...key, secrets: [...key.secrets].sort((a, b) => (a.hash < b.hash ? -1 : a.hash > b.hash ? 1 : 0)) })),
+    usage: snapshot.usage,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The contract, per driver
+
+describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (driver) => {
+  describe('teams', () => {
+    it('creates a team and finds it by id and by name; lists teams', async () => {
+      const { store } = await freshBacking(driver);
+      const before = Date.now();
+      const alpha = await store.createTeam({ name: 'alpha', dailyCredits: 1_000, creditsPerSecond: 50 });
+      const beta = await store.createTeam({ name: 'beta', dailyCredits: 2_000 });
+      expect(alpha).toEqual({ id: expect.stringMatching(/^team_[0-9a-f]{16}$/), name: 'alpha', dailyCredits: 1_000, creditsPerSecond: 50, createdAt: expect.any(Number) });
+      expect(alpha.createdAt).toBeGreaterThanOrEqual(before);
+      expect(beta.creditsPerSecond).toBeNull();
+      expect(alpha.id).not.toBe(beta.id);
+
+      expect(await store.findTeam(alpha.id)).toEqual(alpha);
+      expect(await store.findTeam('alpha')).toEqual(alpha);
+      expect(await store.findTeam('beta')).toEqual(beta);
+      expect(await store.findTeam('gamma')).toBeNull();
+      expect(await store.findTeam('team_0000000000000000')).toBeNull();
+      expect((await store.listTeams()).sort(byName)).toEqual([alpha, beta]);
+    });
+
+    it('updates a team, clears creditsPerSecond with null, and leaves unnamed fields alone', async () => {
+      const { store } = await freshBacking(driver);
+      const team = await store.createTeam({ name: 'upd', dailyCredits: 1_000, creditsPerSecond: 50 });
+
+      expect(await store.updateTeam(team.id, { dailyCredits: 5_000 })).toEqual({ ...team, dailyCredits: 5_000 });
+      expect(await store.updateTeam(team.id, { creditsPerSecond: 70 })).toEqual({ ...team, dailyCredits: 5_000, creditsPerSecond: 70 });
+      expect(await store.updateTeam(team.id, { creditsPerSecond: null })).toEqual({ ...team, dailyCredits: 5_000, creditsPerSecond: null });
+      expect(await store.updateTeam(team.id, {})).toEqual({ ...team, dailyCredits: 5_000, creditsPerSecond: null });
+      expect(await store.findTeam(team.id)).toEqual({ ...team, dailyCredits: 5_000, creditsPerSecond: null });
+      expect(await store.updateTeam('team_0000000000000000', { dailyCredits: 1 })).toBeNull();
+    });
+
+    it('refuses a duplicate team name with StoreConflictError and keeps the first team', async () => {
+      const { store } = await freshBacking(driver);
+      const first = await store.createTeam({ name: 'dup', dailyCredits: 100 });
+      await expect(store.createTeam({ name: 'dup', dailyCredits: 999 })).rejects.toBeInstanceOf(StoreConflictError);
+      expect(await store.findTeam('dup')).toEqual(first);
+      expect(await store.listTeams()).toEqual([first]);
+    });
+  });
+
+  describe('keys', () => {
+    it('creates keys and finds them by id, by secret hash, and in lists (all and by team)', async () => {
+      const { store } = await freshBacking(driver);
+      const teamA = await store.createTeam({ name: 'a', dailyCredits: 1_000 });
+      const teamB = await store.createTeam({ name: 'b', dailyCredits: 1_000 });
+      const hashA1 = hash();
+      const before = Date.now();
+      const a1 = await store.createKey({
+        teamId: teamA.id,
+        secretHash: hashA1,
+        label: 'ci',
+        dailyCap: 500,
+        allowedNetworks: ['eth', 'solana'],
+        expiresAt: before + 60_000,
+      });
+      const a2 = await store.createKey({ teamId: teamA.id, secretHash: hash() });
+      const b1 = await store.createKey({ teamId: teamB.id, secretHash: hash(), allowedNetworks: [] });
+
+      expect(a1).toEqual({
+        id: expect.stringMatching(/^key_[0-9a-f]{16}$/),
+        teamId: teamA.id,
+        label: 'ci',
+        dailyCap: 500,
+        allowedNetworks: ['eth', 'solana'],
+        expiresAt: before + 60_000,
+        revokedAt: null,
+        createdAt: expect.any(Number),
+      });
+      expect(a1.createdAt).toBeGreaterThanOrEqual(before);
+      expect(a2).toMatchObject({ teamId: teamA.id, label: null, dailyCap: null, allowedNetworks: null, expiresAt: null, revokedAt: null });
+      expect(b1.allowedNetworks).toEqual([]);
+
+      expect(await store.findKey(a1.id)).toEqual(a1);
+      expect(await store.findKey('key_0000000000000000')).toBeNull();
+      expect(await store.findKeyBySecretHash(hashA1)).toEqual({ key: a1, team: teamA, secretValidUntil: null });
+      expect(await store.findKeyBySecretHash(hash())).toBeNull();
+
+      expect((await store.listKeys()).sort(byId)).toEqual([a1, a2, b1].sort(byId));
+      expect((await store.listKeys({ teamId: teamA.id })).sort(byId)).toEqual([a1, a2].sort(byId));
+      expect(await store.listKeys({ teamId: teamB.id })).toEqual([b1]);
+      expect(await store.listKeys({ teamId: 'team_0000000000000000' })).toEqual([]);
+    });
+
+    it('updates a key: sets and clears each field, leaves unnamed fields alone', async () => {
+      const { store } = await freshBacking(driver);
+      const { key, secretHash, team } = await teamWithKey(store, { dailyCredits: 1_000 }, { dailyCap: 100 });
+
+      const updated = await store.updateKey(key.id, { label: 'renamed', allowedNetworks: ['eth'], expiresAt: 42 });
+      expect(updated).toEqual({ ...key, label: 'renamed', allowedNetworks: ['eth'], expiresAt: 42 });
+      const cleared = await store.updateKey(key.id, { label: null, dailyCap: null, allowedNetworks: null, expiresAt: null });
+      expect(cleared).toEqual({ ...key, label: null, dailyCap: null, allowedNetworks: null, expiresAt: null });
+      expect(await store.updateKey(key.id, {})).toEqual(cleared);
+      expect(await store.findKeyBySecretHash(secretHash)).toEqual({ key: cleared, team, secretValidUntil: null });
+      expect(await store.updateKey('key_0000000000000000', { label: 'x' })).toBeNull();
+    });
+
+    it('revokes a key once: a second revoke keeps the first time; unknown ids give false', async () => {
+      const { store } = await freshBacking(driver);
+      const { key, secretHash } = await teamWithKey(store, { dailyCredits: 1_000 });
+      expect(await store.revokeKey(key.id, 1_000)).toBe(true);
+      expect(await store.revokeKey(key.id, 2_000)).toBe(true);
+      expect((await store.findKey(key.id))!.revokedAt).toBe(1_000);
+      // Revoked keys are still found by their secret (authentication decides).
+      expect((await store.findKeyBySecretHash(secretHash))!.key.revokedAt).toBe(1_000);
+      expect(await store.revokeKey('key_0000000000000000', 3_000)).toBe(false);
+    });
+
+    it('rotates a key: the old secret gets secretValidUntil, the new one is found, repeated rotations keep the earliest bound', async () => {
+      const { store } = await freshBacking(driver);
+      const { key, secretHash: first, team } = await teamWithKey(store, { dailyCredits: 1_000 });
+      const second = hash();
+      expect(await store.rotateKey(key.id, second, 5_000)).toBe(true);
+      expect(await store.findKeyBySecretHash(first)).toEqual({ key, team, secretValidUntil: 5_000 });
+      expect(await store.findKeyBySecretHash(second)).toEqual({ key, team, secretValidUntil: null });
+
+      const third = hash();
+      expect(await store.rotateKey(key.id, third, 9_000)).toBe(true);
+      expect((await store.findKeyBySecretHash(first))!.secretValidUntil).toBe(5_000);
+      expect((await store.findKeyBySecretHash(second))!.secretValidUntil).toBe(9_000);
+      expect((await store.findKeyBySecretHash(third))!.secretValidUntil).toBeNull();
+
+      expect(await store.rotateKey('key_0000000000000000', hash(), 1)).toBe(false);
+    });
+  });
+
+  describe('ledger', () => {
+    it('charges within the quota and records one usage row', async () => {
+      const { store } = await freshBacking(driver);
+      const { team, key } = await teamWithKey(store, { dailyCredits: 1_000 });
+      expect(await charge(store, subject(team, key))).toEqual({ ok: true, teamUsed: 80 });
+      expect(await charge(store, subject(team, key))).toEqual({ ok: true, teamUsed: 160 });
+      expect(await peek(store, team.id)).toBe(160);
+      expect(await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY })).toEqual([
+        { day: TODAY, teamId: team.id, keyId: key.id, network: 'eth', method: 'eth_getBlockByHash', credits: 160, requests: 2 },
+      ]);
+    });
+
+    it('refuses a charge over the team quota (scope team, with limit and used) and charges nothing', async () => {
+      const { store } = await freshBacking(driver);
+      const { team, key } = await teamWithKey(store, { dailyCredits: 200 });
+      expect(await charge(store, subject(team, key))).toEqual({ ok: true, teamUsed: 80 });
+      expect(await charge(store, subject(team, key))).toEqual({ ok: true, teamUsed: 160 });
+      expect(await charge(store, subject(team, key))).toEqual({
+        ok: false,
+        reason: 'daily_credits_exhausted',
+        scope: 'team',
+        limit: 200,
+        used: 160,
+        teamUsed: 160,
+      });
+      // A cheaper call still fits.
+      expect(await charge(store, subject(team, key, { method: 'eth_chainId', cost: 40 }))).toEqual({ ok: true, teamUsed: 200 });
+      expect(await peek(store, team.id)).toBe(200);
+      const rows = await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY });
+      expect(rows.reduce((sum, row) => sum + row.credits, 0)).toBe(200);
+    });
+
+    it("refuses a charge over the key's own cap with scope key", async () => {
+      const { store } = await freshBacking(driver);
+      const { team, key } = await teamWithKey(store, { dailyCredits: 10_000 }, { dailyCap: 100 });
+      const other = await store.createKey({ teamId: team.id, secretHash: hash() });
+      expect(await charge(store, subject(team, key))).toEqual({ ok: true, teamUsed: 80 });
+      expect(await charge(store, subject(team, key))).toEqual({
+        ok: false,
+        reason: 'daily_credits_exhausted',
+        scope: 'key',
+        limit: 100,
+        used: 80,
+        teamUsed: 80,
+      });
+      // The cap is the key's, not the team's: another key of the team still spends.
+      expect(await charge(store, subject(team, other))).toEqual({ ok: true, teamUsed: 160 });
+      // When both would refuse, the team quota is the one reported.
+      const tight = await teamWithKey(store, { dailyCredits: 60 }, { dailyCap: 50 });
+      expect(await charge(store, subject(tight.team, tight.key))).toMatchObject({ ok: false, scope: 'team', limit: 60, used: 0 });
+    });
+
+    it('limits throughput per team: rate_limited with retryAfterMs, admitted again once the bucket refilled', async () => {
+      const { store } = await freshBacking(driver);
+      const { team, key } = await teamWithKey(store, { dailyCredits: 1_000_000, creditsPerSecond: 100 });
+      const t0 = Date.now();
+      // The bucket starts full (one second's credits, 100): 80 fit, the next 80 need 60 more credits = 600 ms.
+      expect(await charge(store, subject(team, key), t0)).toEqual({ ok: true, teamUsed: 80 });
+      expect(await charge(store, subject(team, key), t0)).toEqual({ ok: false, reason: 'rate_limited', retryAfterMs: 600, teamUsed: 80 });
+      expect(await charge(store, subject(team, key), t0 + 300)).toEqual({ ok: false, reason: 'rate_limited', retryAfterMs: 300, teamUsed: 80 });
+      expect(await charge(store, subject(team, key), t0 + 600)).toEqual({ ok: true, teamUsed: 160 });
+      // A refused call charged nothing.
+      expect(await peek(store, team.id)).toBe(160);
+      // Another team has its own bucket.
+      const other = await teamWithKey(store, { dailyCredits: 1_000_000, creditsPerSecond: 100 });
+      expect(await charge(store, subject(other.team, other.key), t0 + 600)).toEqual({ ok: true, teamUsed: 80 });
+    });
+
+    it('reserve then settle: teamUsed is held at reserve time and unchanged by the settle, which writes the usage row', async () => {
+      const { store } = await freshBacking(driver);
+      const { team, key } = await teamWithKey(store, { dailyCredits: 1_000 });
+      const [reserved] = await store.applyLedger([{ type: 'reserve', reservationId: 'r-settle', subject: subject(team, key), nowMs: Date.now() }]);
+      expect(reserved).toEqual({ ok: true, teamUsed: 80 });
+      expect(await peek(store, team.id)).toBe(80);
+      expect(await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY })).toEqual([]);
+
+      const [settled] = await store.applyLedger([{ type: 'settle', reservationId: 'r-settle' }]);
+      expect(settled).toEqual({ ok: true, teamUsed: 80 });
+      expect(await peek(store, team.id)).toBe(80);
+      expect(await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY })).toEqual([
+        { day: TODAY, teamId: team.id, keyId: key.id, network: 'eth', method: 'eth_getBlockByHash', credits: 80, requests: 1 },
+      ]);
+      // Settling twice does not charge twice.
+      await store.applyLedger([{ type: 'settle', reservationId: 'r-settle' }]);
+      expect(await peek(store, team.id)).toBe(80);
+      expect((await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY }))[0]!.credits).toBe(80);
+    });
+
+    it('reserve then refund gives the credits back and writes no usage', async () => {
+      const { store } = await freshBacking(driver);
+      const { team, key } = await teamWithKey(store, { dailyCredits: 1_000 });
+      expect(await charge(store, subject(team, key, { method: 'eth_chainId', cost: 5 }))).toEqual({ ok: true, teamUsed: 5 });
+      const results = await store.applyLedger([{ type: 'reserve', reservationId: 'r-refund', subject: subject(team, key), nowMs: Date.now() }]);
+      expect(results).toEqual([{ ok: true, teamUsed: 85 }]);
+      expect(await store.applyLedger([{ type: 'refund', reservationId: 'r-refund' }])).toEqual([{ ok: true, teamUsed: 5 }]);
+      expect(await peek(store, team.id)).toBe(5);
+      // A second refund (or a settle after the refund) changes nothing.
+      await store.applyLedger([{ type: 'refund', reservationId: 'r-refund' }, { type: 'settle', reservationId: 'r-refund' }]);
+      expect(await peek(store, team.id)).toBe(5);
+      expect(await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY })).toEqual([
+        { day: TODAY, teamId: team.id, keyId: key.id, network: 'eth', method: 'eth_chainId', credits: 5, requests: 1 },
+      ]);
+      // The key's day total went back too: a cap of exactly the remaining room admits again.
+      expect(await charge(store, subject(team, key, { keyDailyCap: 85 }))).toEqual({ ok: true, teamUsed: 85 });
+    });
+
+    it('settle or refund of an unknown reservation is harmless', async () => {
+      const { store } = await freshBacking(driver);
+      const { team, key } = await teamWithKey(store, { dailyCredits: 1_000 });
+      await charge(store, subject(team, key));
+      const results = await store.applyLedger([
+        { type: 'settle', reservationId: 'never-reserved' },
+        { type: 'refund', reservationId: 'never-reserved-either' },
+      ]);
+      expect(results).toEqual([
+        { ok: true, teamUsed: 0 },
+        { ok: true, teamUsed: 0 },
+      ]);
+      expect(await peek(store, team.id)).toBe(80);
+      expect((await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY })).map((row) => row.credits)).toEqual([80]);
+    });
+
+    it('peek reads a day without changing it (0 for a day with no spend)', async () => {
+      const { store } = await freshBacking(driver);
+      const { team, key } = await teamWithKey(store, { dailyCredits: 1_000 });
+      expect(await peek(store, team.id)).toBe(0);
+      await charge(store, subject(team, key));
+      expect(await store.applyLedger([{ type: 'peek', teamId: team.id, day: TODAY }, { type: 'peek', teamId: team.id, day: YESTERDAY }])).toEqual([
+        { ok: true, teamUsed: 80 },
+        { ok: true, teamUsed: 0 },
+      ]);
+      expect(await peek(store, 'team_0000000000000000')).toBe(0);
+    });
+
+    it('applies the operations of one batch in order (3 charges of 80 against 200: ok, ok, refused)', async () => {
+      const { store } = await freshBacking(driver);
+      const { team, key } = await teamWithKey(store, { dailyCredits: 200 });
+      const nowMs = Date.now();
+      const results = await store.applyLedger([
+        { type: 'peek', teamId: team.id, day: TODAY },
+        { type: 'charge', subject: subject(team, key), nowMs },
+        { type: 'reserve', reservationId: 'r-batch', subject: subject(team, key), nowMs },
+        { type: 'charge', subject: subject(team, key), nowMs },
+        { type: 'refund', reservationId: 'r-batch' },
+        { type: 'charge', subject: subject(team, key), nowMs },
+        { type: 'peek', teamId: team.id, day: TODAY },
+      ]);
+      expect(results).toEqual([
+        { ok: true, teamUsed: 0 },
+        { ok: true, teamUsed: 80 },
+        { ok: true, teamUsed: 160 },
+        { ok: false, reason: 'daily_credits_exhausted', scope: 'team', limit: 200, used: 160, teamUsed: 160 },
+        { ok: true, teamUsed: 80 },
+        { ok: true, teamUsed: 160 },
+        { ok: true, teamUsed: 160 },
+      ]);
+      const plain = await teamWithKey(store, { dailyCredits: 200 });
+      const three = await store.applyLedger([1, 2, 3].map(() => ({ type: 'charge' as const, subject: subject(plain.team, plain.key), nowMs })));
+      expect(three.map((result) => result.ok)).toEqual([true, true, false]);
+      expect(await peek(store, plain.team.id)).toBe(160);
+    });
+
+    it('reports usage by team and by key over a day range, one row per day, key, network and method', async () => {
+      const { store } = await freshBacking(driver);
+      const { team, key: k1 } = await teamWithKey(store, { dailyCredits: 1_000_000 });
+      const k2 = await store.createKey({ teamId: team.id, secretHash: hash() });
+      const otherTeam = await teamWithKey(store, { dailyCredits: 1_000_000 });
+      const [first, second] = [k1, k2].sort(byId) as [ApiKey, ApiKey];
+      const s = (key: ApiKey, day: string, network: string, method: string, cost: number) => ({
+        type: 'charge' as const,
+        subject: subject(team, key, { day, network, method, cost }),
+        nowMs: Date.now(),
+      });
+      await store.applyLedger([
+        s(first, TWO_DAYS_AGO, 'eth', 'eth_getBlockByHash', 80),
+        s(first, TWO_DAYS_AGO, 'eth', 'eth_getBlockByHash', 80),
+        // Network ids of different lengths, and a prefix of another: rows order by network, then method.
+        s(first, YESTERDAY, 'eth-sepolia', 'eth_chainId', 5),
+        s(first, YESTERDAY, 'eth', 'eth_getBlockByHash', 80),
+        s(second, YESTERDAY, 'eth', 'eth_chainId', 5),
+        s(second, TODAY, 'solana', 'getAssetsByGroup', 160),
+        { type: 'charge', subject: subject(otherTeam.team, otherTeam.key, { day: YESTERDAY }), nowMs: Date.now() },
+      ]);
+      // A reservation in flight is not usage.
+      await store.applyLedger([{ type: 'reserve', reservationId: 'r-usage', subject: subject(team, first, { day: YESTERDAY }), nowMs: Date.now() }]);
+
+      const row = (key: ApiKey, day: string, network: string, method: string, credits: number, requests: number) => ({
+        day,
+        teamId: team.id,
+        keyId: key.id,
+        network,
+        method,
+        credits,
+        requests,
+      });
+      expect(await store.usage({ teamId: team.id, fromDay: TWO_DAYS_AGO, toDay: YESTERDAY })).toEqual([
+        row(first, TWO_DAYS_AGO, 'eth', 'eth_getBlockByHash', 160, 2),
+        row(first, YESTERDAY, 'eth', 'eth_getBlockByHash', 80, 1),
+        row(first, YESTERDAY, 'eth-sepolia', 'eth_chainId', 5, 1),
+        row(second, YESTERDAY, 'eth', 'eth_chainId', 5, 1),
+      ]);
+      expect(await store.usage({ keyId: second.id, fromDay: YESTERDAY, toDay: TODAY })).toEqual([
+        row(second, YESTERDAY, 'eth', 'eth_chainId', 5, 1),
+        row(second, TODAY, 'solana', 'getAssetsByGroup', 160, 1),
+      ]);
+      expect(await store.usage({ keyId: first.id, fromDay: TODAY, toDay: TODAY })).toEqual([]);
+      expect(await store.usage({ teamId: team.id, keyId: second.id, fromDay: TODAY, toDay: TODAY })).toEqual([row(second, TODAY, 'solana', 'getAssetsByGroup', 160, 1)]);
+      // Without a filter: every team.
+      const all = await store.usage({ fromDay: YESTERDAY, toDay: YESTERDAY });
+      expect(all.filter((r) => r.teamId === otherTeam.team.id)).toEqual([
+        { day: YESTERDAY, teamId: otherTeam.team.id, keyId: otherTeam.key.id, network: 'eth', method: 'eth_getBlockByHash', credits: 80, requests: 1 },
+      ]);
+      expect(all.filter((r) => r.teamId === team.id)).toHaveLength(3);
+    });
+
+    it('refunds reservations older than the bound, and those of a store that is gone; live ones stay', async () => {
+      const { store, another } = await freshBacking(driver);
+      const { team, key } = await teamWithKey(store, { dailyCredits: 1_000 });
+      const nowMs = Date.now();
+      await store.applyLedger([
+        { type: 'reserve', reservationId: 'old', subject: subject(team, key), nowMs: nowMs - 60_000 },
+        { type: 'reserve', reservationId: 'live', subject: subject(team, key), nowMs },
+      ]);
+      expect(await peek(store, team.id)).toBe(160);
+      expect(await store.recoverReservations(30_000)).toBe(1);
+      expect(await peek(store, team.id)).toBe(80);
+      expect(await store.recoverReservations(30_000)).toBe(0);
+      // The live reservation still settles normally.
+      expect(await store.applyLedger([{ type: 'settle', reservationId: 'live' }])).toEqual([{ ok: true, teamUsed: 80 }]);
+      // The old one was refunded: settling it now charges nothing.
+      await store.applyLedger([{ type: 'settle', reservationId: 'old' }]);
+      expect(await peek(store, team.id)).toBe(80);
+      expect((await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY }))[0]!.credits).toBe(80);
+
+      // A process that went away (its store closed) leaves a fresh reservation: the next one refunds it.
+      const dying = await another();
+      await dying.applyLedger([{ type: 'reserve', reservationId: 'orphan', subject: subject(team, key), nowMs: Date.now() }]);
+      await dying.close();
+      expect(await peek(store, team.id)).toBe(160);
+      const successor = await another();
+      expect(await successor.recoverReservations(10 * 60_000)).toBe(1);
+      expect(await peek(store, team.id)).toBe(80);
+    });
+
+    it('200 concurrent charges of 80 against 8,000 credits, over several store handles: exactly 100 succeed', async () => {
+      const { store, another } = await freshBacking(driver);
+      const handles = [store, await another(), await another(), await another()];
+      const { team, key } = await teamWithKey(store, { dailyCredits: 8_000 });
+      const results = await Promise.all(
+        Array.from({ length: 200 }, (_, index) =>
+          handles[index % handles.length]!.applyLedger([{ type: 'charge', subject: subject(team, key), nowMs: Date.now() }]).then(([result]) => result!),
+        ),
+      );
+      const ok = results.filter((result) => result.ok);
+      expect(ok).toHaveLength(100);
+      expect(results.filter((result) => !result.ok && result.reason === 'daily_credits_exhausted' && result.scope === 'team')).toHaveLength(100);
+      // Every admitted charge saw a distinct balance: 80, 160, …, 8,000.
+      expect(ok.map((result) => result.teamUsed).sort((a, b) => a - b)).toEqual(Array.from({ length: 100 }, (_, index) => (index + 1) * 80));
+      expect(await peek(store, team.id)).toBe(8_000);
+      expect(await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY })).toEqual([
+        { day: TODAY, teamId: team.id, keyId: key.id, network: 'eth', method: 'eth_getBlockByHash', credits: 8_000, requests: 100 },
+      ]);
+    });
+
+    it('200 concurrent reservations of 80 against 8,000, then settle or refund: exactly 100 held, refunds free the room', async () => {
+      const { store, another } = await freshBacking(driver);
+      const handles = [store, await another()];
+      const { team, key } = await teamWithKey(store, { dailyCredits: 8_000 });
+      const results = await Promise.all(
+        Array.from({ length: 200 }, (_, index) =>
+          handles[index % 2]!.applyLedger([{ type: 'reserve', reservationId: `c-${index}`, subject: subject(team, key), nowMs: Date.now() }]).then(([result]) => ({ index, ok: result!.ok })),
+        ),
+      );
+      const held = results.filter((result) => result.ok).map((result) => result.index);
+      expect(held).toHaveLength(100);
+      // Settle half, refund half, concurrently.
+      await Promise.all(held.map((index, n) => handles[n % 2]!.applyLedger([{ type: n % 2 === 0 ? 'settle' : 'refund', reservationId: `c-${index}` }])));
+      expect(await peek(store, team.id)).toBe(4_000);
+      expect(await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY })).toEqual([
+        { day: TODAY, teamId: team.id, keyId: key.id, network: 'eth', method: 'eth_getBlockByHash', credits: 4_000, requests: 50 },
+      ]);
+    });
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Snapshots across drivers (what `tollgate migrate` relies on)
+
+describe.each<[DriverName, DriverName]>([
+  ['sqlite', 'redis'],
+  ['redis', 'sqlite'],
+])('snapshot: export from %s, import into %s', (fromDriver, toDriver) => {
+  it('keeps ids, secrets, rotation bounds, revocation, caps, and the day’s usage and totals', async () => {
+    const { store: source } = await freshBacking(fromDriver);
+    const { store: target } = await freshBacking(toDriver);
+
+    const teamA = await source.createTeam({ name: uniqueName('alpha'), dailyCredits: 10_000, creditsPerSecond: 500 });
+    const teamB = await source.createTeam({ name: uniqueName('beta'), dailyCredits: 1_000 });
+    const capped = { secretHash: hash() };
+    const keyCapped = await source.createKey({
+      teamId: teamA.id,
+      secretHash: capped.secretHash,
+      label: 'capped',
+      dailyCap: 200,
+      allowedNetworks: ['eth'],
+      expiresAt: Date.now() + 3_600_000,
+    });
+    const revokedHash = hash();
+    const keyRevoked = await source.createKey({ teamId: teamA.id, secretHash: revokedHash });
+    await source.revokeKey(keyRevoked.id, Date.now() - 1_000);
+    const rotatedOld = hash();
+    const rotatedNew = hash();
+    const keyRotated = await source.createKey({ teamId: teamB.id, secretHash: rotatedOld, label: 'rotated' });
+    const graceUntil = Date.now() + 60_000;
+    await source.rotateKey(keyRotated.id, rotatedNew, graceUntil);
+
+    await source.applyLedger([
+      { type: 'charge', subject: subject(teamA, keyCapped), nowMs: Date.now() },
+      { type: 'charge', subject: subject(teamA, keyCapped), nowMs: Date.now() },
+      { type: 'charge', subject: subject(teamB, keyRotated, { method: 'eth_chainId', cost: 5 }), nowMs: Date.now() },
+      // Yesterday's usage is not part of today's snapshot.
+      { type: 'charge', subject: subject(teamB, keyRotated, { day: YESTERDAY }), nowMs: Date.now() },
+      // Neither is a reservation in flight.
+      { type: 'reserve', reservationId: 'in-flight', subject: subject(teamB, keyRotated), nowMs: Date.now() },
+    ]);
+    expect(await peek(source, teamB.id)).toBe(85);
+
+    const snapshot = await source.exportSnapshot(TODAY);
+    expect(snapshot.day).toBe(TODAY);
+    expect(snapshot.teams).toHaveLength(2);
+    expect(snapshot.keys).toHaveLength(3);
+    expect(snapshot.usage.reduce((sum, row) => sum + row.credits, 0)).toBe(165);
+    await target.importSnapshot(snapshot);
+
+    // Teams and keys keep their ids and every field.
+    expect((await target.listTeams()).sort(byId)).toEqual([teamA, teamB].sort(byId));
+    expect(await target.findTeam(teamA.name)).toEqual(teamA);
+    expect((await target.listKeys()).sort(byId)).toEqual((await source.listKeys()).sort(byId));
+    expect((await target.listKeys({ teamId: teamB.id })).map((key) => key.id)).toEqual([keyRotated.id]);
+
+    // Secrets: an issued key is still found by its secret's hash, with its rotation bound and revocation.
+    expect(await target.findKeyBySecretHash(capped.secretHash)).toEqual({ key: keyCapped, team: teamA, secretValidUntil: null });
+    expect((await target.findKeyBySecretHash(revokedHash))!.key.revokedAt).toBe((await source.findKey(keyRevoked.id))!.revokedAt);
+    expect((await target.findKeyBySecretHash(revokedHash))!.key.revokedAt).not.toBeNull();
+    expect(await target.findKeyBySecretHash(rotatedOld)).toEqual({ key: keyRotated, team: teamB, secretValidUntil: graceUntil });
+    expect(await target.findKeyBySecretHash(rotatedNew)).toEqual({ key: keyRotated, team: teamB, secretValidUntil: null });
+
+    // Today's usage rows and day totals (team and key) came along; yesterday and reservations did not.
+    expect(await target.usage({ fromDay: TODAY, toDay: TODAY })).toEqual(await source.usage({ fromDay: TODAY, toDay: TODAY }));
+    expect(await target.usage({ fromDay: YESTERDAY, toDay: YESTERDAY })).toEqual([]);
+    expect(await peek(target, teamA.id)).toBe(160);
+    expect(await peek(target, teamB.id)).toBe(5);
+    expect(await charge(target, subject(teamA, keyCapped))).toEqual({
+      ok: false,
+      reason: 'daily_credits_exhausted',
+      scope: 'key',
+      limit: 200,
+      used: 160,
+      teamUsed: 160,
+    });
+    expect(await charge(target, subject(teamA, keyCapped, { cost: 40 }))).toEqual({ ok: true, teamUsed: 200 });
+
+    // The imported store exports what it was given (plus the charge just made).
+    const again = canonical(await target.exportSnapshot(TODAY));
+    const expected = canonical(snapshot);
+    expect(again.teams).toEqual(expected.teams);
+    expect(again.keys).toEqual(expected.keys);
+    expect(again.usage.reduce((sum, row) => sum + row.credits, 0)).toBe(205);
+  });
+
+  it('refuses a snapshot whose team name exists in the target, and leaves the target as it was', async () => {
+    const { store: source } = await freshBacking(fromDriver);
+    const { store: target } = await freshBacking(toDriver);
+    const clashName = uniqueName('clash');
+    const first = await source.createTeam({ name: uniqueName('first'), dailyCredits: 100 });
+    // Created later, so it comes after `first` in the snapshot: the clash is found mid-import.
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    await source.createTeam({ name: clashName, dailyCredits: 100 });
+    const existing = await target.createTeam({ name: clashName, dailyCredits: 5 });
+
+    await expect(target.importSnapshot(await source.exportSnapshot(TODAY))).rejects.toBeInstanceOf(StoreConflictError);
+    expect(await target.listTeams()).toEqual([existing]);
+    expect(await target.findTeam(first.name)).toBeNull();
+    // Nothing half-imported blocks a retry once the clash is resolved (here: a fresh team of that name works).
+    expect((await target.createTeam({ name: first.name, dailyCredits: 1 })).name).toBe(first.name);
+  });
+});
