@@ -189,6 +189,11 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
       logger.error({ err: error }, 'config reload rejected; the running config stays');
       throw error;
     }
+    // Only networks are swapped live; say so when other sections changed, rather than ignore them silently.
+    const needRestart = (Object.keys(next) as Array<keyof GatewayConfig>).filter(
+      (section) => section !== 'networks' && JSON.stringify(next[section]) !== JSON.stringify(current[section]),
+    );
+    if (needRestart.length > 0) logger.warn({ sections: needRestart }, 'these config sections change only at the next restart');
     const previous = networks;
     networks = buildNetworks(next);
     current = { ...current, networks: next.networks };
@@ -273,6 +278,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
       await closeServer(rpcServer);
       await closeServer(adminServer);
       await meter.flush();
+      meter.close();
       const sets = [networks, ...retiredSets];
       retiredSets.clear();
       await Promise.all(sets.map((set) => set.close()));

@@ -487,6 +487,27 @@ describe('POST /v1/reload', () => {
     expect(metrics).toContain('tollgate_config_reloads_total{result="rejected"} 3');
   });
 
+  it('says which changed sections only take effect at the next restart, and keeps them as they were', async () => {
+    const upstream = await scripted(blockResult());
+    const network = evmNetwork([{ id: 'only', url: upstream.url }]);
+    const tg = await startReloadable([network]);
+    gateways.push(tg);
+    writeFileSync(
+      tg.configPath,
+      toYaml({ server: { host: '127.0.0.1', port: 0, maxBatchItems: 2 }, admin: { host: '127.0.0.1', port: 0, token: ADMIN_TOKEN }, cache: { maxBytes: 1024 }, networks: [network] }),
+    );
+    expect((await tg.reload()).status).toBe(200);
+    const warnings = tg.logLines
+      .map((line) => JSON.parse(line) as Record<string, unknown>)
+      .filter((line) => line.msg === 'these config sections change only at the next restart');
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]!.sections).toEqual(['server', 'cache']);
+    // The running server section stays: a batch of 3 is still within the old limit of 100.
+    const batch = await rpc(tg.url, [getBlock(), getBlock(), getBlock()]);
+    expect(batch.status).toBe(200);
+    expect(Array.isArray(batch.body) && batch.body.length).toBe(3);
+  });
+
   it('lets requests in flight during a reload finish on the config they started with', async () => {
     const slow = await scripted(blockResult(700));
     const tg = await startReloadable([evmNetwork([{ id: 'slow', url: slow.url }])]);

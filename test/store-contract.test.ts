@@ -4,6 +4,8 @@
 // one driver and imported into the other, as `tollgate migrate` does.
 
 import { randomBytes } from 'node:crypto';
+import { spawnSync } from 'node:child_process';
+import type { StoreConfig } from '../src/config/schema.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -28,29 +30,31 @@ afterEach(async () => {
 interface Backing {
   store: Store;
   another(): Promise<Store>;
+  /** The config these stores were opened with, for a child process to open the same backing. */
+  config: StoreConfig;
 }
 
 type DriverName = 'sqlite' | 'redis';
 
 async function freshBacking(driver: DriverName): Promise<Backing> {
   counter += 1;
-  const open =
+  const config: StoreConfig =
     driver === 'sqlite'
-      ? (() => {
-          const path = join(tempDir, `contract-${counter}.db`);
-          return () => openStore({ driver: 'sqlite', path });
-        })()
-      : (() => {
-          const keyPrefix = `contract:${counter}:${randomBytes(4).toString('hex')}:`;
-          return () =>
-            openStore({ driver: 'redis', url: redis.url, keyPrefix, usageRetentionDays: 35, commandTimeoutMs: 5_000, failOpen: false });
-        })();
+      ? { driver: 'sqlite', path: join(tempDir, `contract-${counter}.db`) }
+      : {
+          driver: 'redis',
+          url: redis.url,
+          keyPrefix: `contract:${counter}:${randomBytes(4).toString('hex')}:`,
+          usageRetentionDays: 35,
+          commandTimeoutMs: 5_000,
+          failOpen: false,
+        };
   const another = async () => {
-    const store = await open();
+    const store = await openStore(config);
     opened.push(store);
     return store;
   };
-  return { store: await another(), another };
+  return { store: await another(), another, config };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -456,8 +460,8 @@ describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (dri
       expect(all.filter((r) => r.teamId === team.id)).toHaveLength(3);
     });
 
-    it('refunds reservations older than the bound, and those of a store that is gone; live ones stay', async () => {
-      const { store, another } = await freshBacking(driver);
+    it('refunds reservations older than the bound, and those of a process that died; live ones stay', async () => {
+      const { store, another, config } = await freshBacking(driver);
       const { team, key } = await teamWithKey(store, { dailyCredits: 1_000 });
       const nowMs = Date.now();
       await store.applyLedger([
@@ -475,14 +479,20 @@ describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (dri
       expect(await peek(store, team.id)).toBe(80);
       expect((await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY }))[0]!.credits).toBe(80);
 
-      // A process that went away (its store closed) leaves a fresh reservation: the next one refunds it.
-      const dying = await another();
-      await dying.applyLedger([{ type: 'reserve', reservationId: 'orphan', subject: subject(team, key), nowMs: Date.now() }]);
-      await dying.close();
+      // A process that died mid-request leaves a fresh reservation: the next store opened refunds it.
+      const op = { type: 'reserve', reservationId: 'orphan', subject: subject(team, key), nowMs: Date.now() };
+      const child = spawnSync(process.execPath, ['--import', 'tsx', 'test/helpers/reserve-and-exit.ts', JSON.stringify({ storeConfig: config, op })], {
+        encoding: 'utf8',
+      });
+      expect(child.status, child.stderr).toBe(0);
+      expect(JSON.parse(child.stdout)).toEqual({ ok: true, teamUsed: 160 });
       expect(await peek(store, team.id)).toBe(160);
+      // Another store of this (living) process is not taken for dead: it keeps its reservation.
+      await (await another()).applyLedger([{ type: 'reserve', reservationId: 'sibling', subject: subject(team, key), nowMs: Date.now() }]);
       const successor = await another();
       expect(await successor.recoverReservations(10 * 60_000)).toBe(1);
-      expect(await peek(store, team.id)).toBe(80);
+      expect(await peek(store, team.id)).toBe(160);
+      expect(await store.applyLedger([{ type: 'refund', reservationId: 'sibling' }])).toEqual([{ ok: true, teamUsed: 80 }]);
     });
 
     it('200 concurrent charges of 80 against 8,000 credits, over several store handles: exactly 100 succeed', async () => {

@@ -19,9 +19,19 @@ export interface Meter {
   refund(reservationId: string): Promise<LedgerResult>;
   /** The team's spend so far on `day`. */
   peek(teamId: string, day: string): Promise<LedgerResult>;
+  /**
+   * Gives a reservation back whenever the store can take it: for reservations whose reserve,
+   * settle or refund was lost to a store outage. Retried every few seconds until it succeeds,
+   * so a team's balance is not held until the stale-reservation sweep.
+   */
+  release(reservationId: string): void;
   /** Waits for every submitted operation to be applied. */
   flush(): Promise<void>;
+  /** Stops the release retries. */
+  close(): void;
 }
+
+const RELEASE_RETRY_MS = 2_000;
 
 interface Pending {
   op: LedgerOp;
@@ -34,6 +44,21 @@ export function createMeter(store: Store, options: { now?: () => number } = {}):
   let queue: Pending[] = [];
   let scheduled = false;
   let inFlight: Promise<void> = Promise.resolve();
+  const toRelease = new Set<string>();
+  let releaseTimer: NodeJS.Timeout | undefined;
+  function retryReleases(): void {
+    releaseTimer = undefined;
+    const ids = [...toRelease];
+    store.applyLedger(ids.map((reservationId) => ({ type: 'refund', reservationId }))).then(
+      () => ids.forEach((id) => toRelease.delete(id)),
+      () => undefined,
+    ).finally(() => {
+      if (toRelease.size > 0 && releaseTimer === undefined) {
+        releaseTimer = setTimeout(retryReleases, RELEASE_RETRY_MS);
+        releaseTimer.unref();
+      }
+    });
+  }
   // Reservation ids only need to be unique; a per-process prefix and a counter are cheap.
   const idPrefix = randomBytes(6).toString('hex');
   let nextReservation = 0;
@@ -67,6 +92,17 @@ export function createMeter(store: Store, options: { now?: () => number } = {}):
     settle: (reservationId) => submit({ type: 'settle', reservationId }),
     refund: (reservationId) => submit({ type: 'refund', reservationId }),
     peek: (teamId, day) => submit({ type: 'peek', teamId, day }),
+    release(reservationId) {
+      toRelease.add(reservationId);
+      if (releaseTimer === undefined) {
+        releaseTimer = setTimeout(retryReleases, RELEASE_RETRY_MS);
+        releaseTimer.unref();
+      }
+    },
+    close() {
+      if (releaseTimer !== undefined) clearTimeout(releaseTimer);
+      releaseTimer = undefined;
+    },
     async flush() {
       if (scheduled) {
         await new Promise<void>((resolve) => setImmediate(resolve));

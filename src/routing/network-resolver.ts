@@ -34,6 +34,8 @@ function splitHostPort(hostPort: string): { host: string; port: string | undefin
 }
 
 function safeDecode(segment: string): string {
+  // Keys are URL-safe; skipping the decoder when nothing is escaped saves time on every request.
+  if (!segment.includes('%')) return segment;
   try {
     return decodeURIComponent(segment);
   } catch {

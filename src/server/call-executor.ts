@@ -149,24 +149,36 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
 
     const reservationId = meter.newReservationId();
     const reserved = await ledger(meter.reserve(reservationId, subject));
-    if (reserved === undefined && !deps.failOpen) return storeUnavailable(item.id);
-    if (reserved !== undefined && !reserved.ok) {
+    if (reserved === undefined) {
+      // The reserve may have reached the store before the connection failed: give it back later.
+      meter.release(reservationId);
+      if (!deps.failOpen) return storeUnavailable(item.id);
+    } else if (!reserved.ok) {
       recordCharge(ctx, subject.method, 0, reserved);
       return errorReply(item.id, refusal(reserved, subject, now()));
     }
     const outcome = await forward(call, network, deadline);
     ctx.attempts.push(...outcome.attempts);
     if (outcome.kind === 'failed') {
-      // A refund the store misses now is made by the stale-reservation sweep later.
-      const refunded = reserved === undefined ? undefined : await ledger(meter.refund(reservationId));
-      if (refunded !== undefined) recordCharge(ctx, subject.method, 0, refunded);
+      if (reserved !== undefined) {
+        const refunded = await ledger(meter.refund(reservationId));
+        if (refunded === undefined) meter.release(reservationId);
+        else recordCharge(ctx, subject.method, 0, refunded);
+      }
       return errorReply(item.id, outcome.error);
     }
     ctx.upstream = outcome.upstream;
-    const settled = reserved === undefined ? undefined : await ledger(meter.settle(reservationId));
-    // Fail closed: an answer whose charge cannot be recorded is not sent (its reservation is swept later).
-    if (settled === undefined && !deps.failOpen) return storeUnavailable(item.id);
-    if (settled !== undefined) recordCharge(ctx, subject.method, subject.cost, settled);
+    if (reserved !== undefined) {
+      const settled = await ledger(meter.settle(reservationId));
+      if (settled === undefined) {
+        // The charge could not be recorded: the answer is not charged, so its credits go back;
+        // failing closed, it is not sent either.
+        meter.release(reservationId);
+        if (!deps.failOpen) return storeUnavailable(item.id);
+      } else {
+        recordCharge(ctx, subject.method, subject.cost, settled);
+      }
+    }
     if (outcome.kind === 'rpc-error') return { id: item.id, error: outcome.error };
     return { id: item.id, result: outcome.bytes };
   }

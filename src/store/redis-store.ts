@@ -1,7 +1,6 @@
 import { Redis } from 'ioredis';
-import { randomBytes } from 'node:crypto';
-import { hostname } from 'node:os';
 import { newId } from './ids.js';
+import { isLocalOwnerDead, PROCESS_OWNER_TAG } from './owner.js';
 import { CHARGE_SCRIPT, FINISH_SCRIPT, RESERVE_SCRIPT } from './redis-scripts.js';
 import {
   StoreConflictError,
@@ -114,7 +113,7 @@ function toLedgerResult(reply: unknown[]): LedgerResult {
 export async function createRedisStore(options: RedisStoreOptions): Promise<Store> {
   const now = options.now ?? Date.now;
   const p = options.keyPrefix;
-  const owner = `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+  const owner = PROCESS_OWNER_TAG;
   const retentionSeconds = (days: string) =>
     Math.max(60, Math.ceil((Date.parse(`${days}T00:00:00Z`) + (options.usageRetentionDays + 1) * 86_400_000 - now()) / 1000));
 
@@ -360,7 +359,9 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
         if (!stale && reservationOwner !== owner) {
           let alive = liveOwners.get(reservationOwner!);
           if (alive === undefined) {
-            alive = (await redis.exists(`${p}owner:${reservationOwner}`)) === 1;
+            // A process of this host that is gone is known dead at once (a restart after kill -9);
+            // another host's process is dead once its heartbeat has expired.
+            alive = !isLocalOwnerDead(reservationOwner!) && (await redis.exists(`${p}owner:${reservationOwner}`)) === 1;
             liveOwners.set(reservationOwner!, alive);
           }
           stale = !alive;
@@ -441,7 +442,7 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
     },
     async close() {
       clearInterval(heartbeat);
-      await redis.del(`${p}owner:${owner}`).catch(() => undefined);
+      // The heartbeat is left to expire: other stores of this process share the owner tag.
       redis.disconnect();
     },
   };

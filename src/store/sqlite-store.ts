@@ -1,9 +1,8 @@
 import Database from 'better-sqlite3';
 import { mkdirSync } from 'node:fs';
-import { hostname } from 'node:os';
 import { dirname } from 'node:path';
-import { randomBytes } from 'node:crypto';
 import { newId } from './ids.js';
+import { isLocalOwnerDead, PROCESS_OWNER_TAG } from './owner.js';
 import { createThroughputLimiter } from './throughput.js';
 import {
   StoreConflictError,
@@ -170,29 +169,10 @@ export function openSqliteDatabase(path: string): Database.Database {
   return db;
 }
 
-/** `host:pid:nonce`: which process holds a reservation, so a restart can tell the dead from the living. */
-function processOwnerTag(): string {
-  return `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
-}
-
-function isOwnerDead(owner: string, self: string): boolean {
-  if (owner === self) return false;
-  const [host, pidText] = owner.split(':');
-  if (host !== hostname()) return false; // another host's process: only the age rule applies
-  const pid = Number(pidText);
-  if (pid === process.pid) return true; // our pid, but another nonce: a previous life of this pid
-  try {
-    process.kill(pid, 0);
-    return false;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'ESRCH';
-  }
-}
-
 export function createSqliteStore(options: SqliteStoreOptions): Store {
   const db = openSqliteDatabase(options.path);
   const now = options.now ?? Date.now;
-  const owner = processOwnerTag();
+  const owner = PROCESS_OWNER_TAG;
   const throughput = createThroughputLimiter();
   const statements = {
     insertTeam: db.prepare<[string, string, number, number | null, number]>(
@@ -399,7 +379,7 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
   const recover = db.transaction((olderThanMs: number): number => {
     const taken: ReservationRow[] = [];
     for (const { owner: other } of statements.reservationOwners.all()) {
-      if (isOwnerDead(other, owner)) taken.push(...statements.takeReservationsOfOwner.all(other));
+      if (isLocalOwnerDead(other)) taken.push(...statements.takeReservationsOfOwner.all(other));
     }
     taken.push(...statements.takeReservationsOlderThan.all(now() - olderThanMs));
     refundRows(taken);
