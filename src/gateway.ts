@@ -1,4 +1,4 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { GatewayConfig } from './config/schema.js';
 import { createAdminHandler, adminApiRoutes, type AdminRoute } from './admin/admin-server.js';
@@ -8,8 +8,8 @@ import { createBlockCache, createDisabledBlockCache } from './cache/block-cache.
 import { collectConfigSecrets } from './config/secrets.js';
 import { createLogger, type Logger } from './logging/logger.js';
 import { createMeter } from './metering/meter.js';
+import { createRequestRecorder } from './metrics/record.js';
 import { createMetrics } from './metrics/metrics.js';
-import { recordRequest } from './metrics/record.js';
 import { createCallExecutor } from './server/call-executor.js';
 import { buildNetworkSet, type NetworkSet } from './server/network-runtime.js';
 import { createRpcHandler } from './server/rpc-handler.js';
@@ -80,6 +80,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   const ownsStore = options.store === undefined;
   const store = options.store ?? (await openStore(config.store, { now }));
   const metrics = createMetrics();
+  const recordRequest = createRequestRecorder(metrics);
 
   // Credits held by requests of a process that died (kill -9) go back before serving.
   const recovered = await store.recoverReservations(config.credits.staleReservationMs);
@@ -108,8 +109,8 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
       now,
       observe: (network, upstream, outcome) => {
         const label = outcome.kind === 'failure' ? outcome.reason : outcome.kind === 'result' ? 'result' : 'rpc_error';
-        metrics.upstreamRequests.inc({ network, upstream, outcome: label });
-        metrics.upstreamDuration.observe({ network, upstream }, outcome.durationMs / 1000);
+        metrics.upstreamRequests.add(1, network, upstream, label);
+        metrics.upstreamDuration.observe(outcome.durationMs / 1000, network, upstream);
       },
     });
   let current = config;
@@ -126,7 +127,6 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     },
     createRpcHandler({
       server: config.server,
-      networks: () => networks,
       authenticator,
       executor: createCallExecutor({
         meter,
@@ -141,43 +141,40 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
             logger.error({ err: error }, 'the store is unreachable; answering per the store failure policy');
           }
         },
-        onCacheLookup: (network, hit) => metrics.cacheLookups.inc({ network, result: hit ? 'hit' : 'miss' }),
+        onCacheLookup: (network, hit) => metrics.cacheLookups.add(1, network, hit ? 'hit' : 'miss'),
       }),
       meter,
       now,
       logger,
-      onStarted: () => metrics.inFlight.inc(),
-      onFinished: (ctx) => {
-        metrics.inFlight.dec();
-        recordRequest(metrics, ctx);
+      acquireNetworks: () => acquireNetworks(),
+      // While draining, every response tells its keep-alive client to close, so the drain ends
+      // with the last response rather than a keep-alive timeout.
+      draining: () => draining,
+      onFinished: (ctx, set) => {
+        releaseNetworks(set);
+        recordRequest(ctx);
       },
     }),
   );
 
   // Each request holds the network set it started on. A set replaced by a reload is closed only
   // once the last request that started on it is done, so a request in flight keeps the pools of
-  // the upstreams it has not tried yet (failover). While draining, every response tells its
-  // keep-alive client to close, so the drain ends with the last response, not a keep-alive timeout.
+  // the upstreams it has not tried yet (failover).
   const requestsBySet = new Map<NetworkSet, number>();
   const retiredSets = new Set<NetworkSet>();
-  const openResponses = new Set<ServerResponse>();
-  const release = (set: NetworkSet): void => {
+  const acquireNetworks = (): NetworkSet => {
+    const set = networks;
+    requestsBySet.set(set, (requestsBySet.get(set) ?? 0) + 1);
+    metrics.inFlight.inc();
+    return set;
+  };
+  const releaseNetworks = (set: NetworkSet): void => {
+    metrics.inFlight.dec();
     const left = (requestsBySet.get(set) ?? 1) - 1;
     if (left > 0) return void requestsBySet.set(set, left);
     requestsBySet.delete(set);
     if (retiredSets.delete(set)) void set.close();
   };
-  // Prepended: it runs before the handler reads `networks`, so both see the same set.
-  rpcServer.prependListener('request', (_req: IncomingMessage, res: ServerResponse) => {
-    if (draining) res.setHeader('connection', 'close');
-    const set = networks;
-    requestsBySet.set(set, (requestsBySet.get(set) ?? 0) + 1);
-    openResponses.add(res);
-    res.once('close', () => {
-      openResponses.delete(res);
-      release(set);
-    });
-  });
 
   async function reload(): Promise<void> {
     if (options.loadConfig === undefined) throw new Error('this gateway was started without a config file to reload');
@@ -300,7 +297,6 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     async drain() {
       draining = true;
       logger.info({ graceMs: config.server.drainTimeoutMs }, 'draining: refusing new connections, finishing in-flight requests');
-      for (const res of openResponses) if (!res.headersSent) res.setHeader('connection', 'close');
       const drained = closeServer(rpcServer);
       const timer = setTimeout(() => {
         logger.warn('drain grace period over: closing remaining connections');

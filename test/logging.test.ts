@@ -133,8 +133,12 @@ describe('request log lines', () => {
   it('uses the X-Request-Id it answers with, and honours a well-formed incoming one', async () => {
     const generated = await rpc(tg.url('evm'), { jsonrpc: '2.0', id: 3, method: 'eth_chainId' });
     const generatedId = generated.headers.get('x-request-id')!;
-    expect(generatedId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+    // A random per-process prefix and a counter: unique per request, and across processes.
+    expect(generatedId).toMatch(/^[0-9a-f]{12}-[0-9a-z]+$/);
     expect(requestLine(generatedId)).toMatchObject({ methods: ['eth_chainId'], status: 200, credits: 5 });
+    const next = (await rpc(tg.url('evm'), { jsonrpc: '2.0', id: 5, method: 'eth_chainId' })).headers.get('x-request-id')!;
+    expect(next).not.toBe(generatedId);
+    expect(next.split('-')[0]).toBe(generatedId.split('-')[0]);
 
     const incoming = 'client-trace.42:abc_DEF-9';
     const honoured = await rpc(tg.url('evm'), { jsonrpc: '2.0', id: 4, method: 'eth_chainId' }, { headers: { 'x-request-id': incoming } });
@@ -146,7 +150,7 @@ describe('request log lines', () => {
       const replaced = await rpc(tg.url('evm'), { jsonrpc: '2.0', id: 5, method: 'eth_chainId' }, { headers: { 'x-request-id': forged } });
       const id = replaced.headers.get('x-request-id')!;
       expect(id).not.toBe(forged);
-      expect(id).toMatch(/^[0-9a-f-]{36}$/);
+      expect(id).toMatch(/^[0-9a-f]{12}-[0-9a-z]+$/);
       requestLine(id);
     }
   });

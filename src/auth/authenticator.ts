@@ -7,8 +7,10 @@ import { hashSecret } from './api-key.js';
  * Turns the secret from the URL into a key and its team, or a `-32016`/`-32002` error.
  * Lookups, found or not, are remembered for `ttlMs`, so a flood of unknown keys costs one store
  * read per distinct key per TTL instead of one per request. The TTL is therefore the bound on
- * how long a key revoked elsewhere stays usable here; `forget` drops a key at once after a
- * local revoke or rotate.
+ * how long a key revoked elsewhere stays usable here; `clear` drops every lookup at once after
+ * a local admin change. The cache is keyed by the secret as it came in the URL, so a hit needs
+ * no SHA-256 (the secret is in this process's memory for the request anyway; only the store
+ * never sees it).
  */
 
 export interface AuthenticatorOptions {
@@ -20,8 +22,12 @@ export interface AuthenticatorOptions {
 type CachedLookup = { found: KeyWithTeam } | { found: null };
 
 export interface Authenticator {
-  /** The key and team of a secret; `-32016` if the key is unknown, revoked, expired or rotated out. */
-  authenticate(secret: string): Promise<KeyWithTeam>;
+  /**
+   * The key and team of a secret; `-32016` if the key is unknown, revoked, expired or rotated
+   * out. Answers synchronously from the cache (the common case: no promise on the hot path);
+   * returns a promise when the store has to be asked. Errors are thrown either way.
+   */
+  authenticate(secret: string): KeyWithTeam | Promise<KeyWithTeam>;
   /** Drops every cached lookup (after an admin change that this process made). */
   clear(): void;
 }
@@ -41,42 +47,45 @@ export function createAuthenticator(store: Store, options: AuthenticatorOptions)
   // Concurrent first lookups of one key share one store read.
   const pending = new Map<string, Promise<CachedLookup>>();
 
-  async function lookup(secretHash: string): Promise<CachedLookup> {
-    const cached = cache?.get(secretHash);
-    if (cached !== undefined) return cached;
-    let inFlight = pending.get(secretHash);
+  /** The store's answer for a secret the cache does not hold. */
+  function lookup(secret: string): Promise<CachedLookup> {
+    let inFlight = pending.get(secret);
     if (inFlight === undefined) {
       inFlight = store
-        .findKeyBySecretHash(secretHash)
+        .findKeyBySecretHash(hashSecret(secret))
         .then(
           (found): CachedLookup => {
             const entry: CachedLookup = { found };
-            cache?.set(secretHash, entry);
+            cache?.set(secret, entry);
             return entry;
           },
           (error: unknown): CachedLookup => {
             // Store unreachable: a key seen before keeps its last known state; others get 503.
-            const stale = cache?.get(secretHash, { allowStale: true });
+            const stale = cache?.get(secret, { allowStale: true });
             if (stale !== undefined) return stale;
             throw new GatewayError('TG_ERR_STORE_UNAVAILABLE', undefined, undefined, undefined, error);
           },
         )
-        .finally(() => pending.delete(secretHash));
-      pending.set(secretHash, inFlight);
+        .finally(() => pending.delete(secret));
+      pending.set(secret, inFlight);
     }
     return inFlight;
   }
 
+  function check({ found }: CachedLookup): KeyWithTeam {
+    if (found === null) throw new GatewayError('TG_ERR_INVALID_KEY');
+    const { key, secretValidUntil } = found;
+    // A rotated-out secret works until its grace period ends.
+    if (secretValidUntil !== null && secretValidUntil <= now()) throw new GatewayError('TG_ERR_INVALID_KEY');
+    if (key.revokedAt !== null && key.revokedAt <= now()) throw new GatewayError('TG_ERR_INVALID_KEY');
+    if (key.expiresAt !== null && key.expiresAt <= now()) throw new GatewayError('TG_ERR_INVALID_KEY');
+    return found;
+  }
+
   return {
-    async authenticate(secret) {
-      const { found } = await lookup(hashSecret(secret));
-      if (found === null) throw new GatewayError('TG_ERR_INVALID_KEY');
-      const { key, secretValidUntil } = found;
-      // A rotated-out secret works until its grace period ends.
-      if (secretValidUntil !== null && secretValidUntil <= now()) throw new GatewayError('TG_ERR_INVALID_KEY');
-      if (key.revokedAt !== null && key.revokedAt <= now()) throw new GatewayError('TG_ERR_INVALID_KEY');
-      if (key.expiresAt !== null && key.expiresAt <= now()) throw new GatewayError('TG_ERR_INVALID_KEY');
-      return found;
+    authenticate(secret) {
+      const cached = cache?.get(secret);
+      return cached !== undefined ? check(cached) : lookup(secret).then(check);
     },
     clear() {
       cache?.clear();

@@ -106,7 +106,12 @@ export function upstreamParams(call: PreparedCall, upstream: UpstreamConfig): un
   }
 }
 
-/** Why an upstream's result cannot be used for this call, or undefined if it can. */
-export function checkUpstreamResult(call: PreparedCall, result: unknown): string | undefined {
-  return call.kind === 'block' ? checkBlockResult(call.query, result) : undefined;
+/**
+ * The check an upstream's result must pass for this call (a block's hash must be the one asked
+ * for), or undefined when results are passed on unparsed.
+ */
+export function resultCheckOf(call: PreparedCall): ((result: unknown) => string | undefined) | undefined {
+  if (call.kind !== 'block') return undefined;
+  const { query } = call;
+  return (result) => checkBlockResult(query, result);
 }

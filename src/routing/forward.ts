@@ -1,6 +1,6 @@
 import type { NetworkConfig } from '../config/schema.js';
 import { GatewayError, type JsonRpcErrorObject } from '../errors.js';
-import { checkUpstreamResult, upstreamParams, type PreparedCall } from '../methods/registry.js';
+import { resultCheckOf, upstreamParams, type PreparedCall } from '../methods/registry.js';
 import { Upstream, type AttemptOutcome } from './upstream.js';
 
 /**
@@ -17,7 +17,8 @@ export interface Attempt {
 }
 
 export type ForwardOutcome =
-  | { kind: 'result'; result: unknown; upstream: string; attempts: Attempt[] }
+  /** `resultBytes`: the result JSON as the upstream sent it; `result`: parsed, for checked methods only. */
+  | { kind: 'result'; resultBytes: Buffer; result?: unknown; upstream: string; attempts: Attempt[] }
   | { kind: 'rpc-error'; error: JsonRpcErrorObject; upstream: string; attempts: Attempt[] }
   | { kind: 'failed'; error: GatewayError; attempts: Attempt[] };
 
@@ -60,6 +61,7 @@ export function createForwarder(
         for (const upstream of upstreams) attempts.push({ upstream: upstream.id, reason: 'circuit_open' });
         return failed('TG_ERR_NO_HEALTHY_UPSTREAM', attempts);
       }
+      const check = resultCheckOf(call);
       let deadlineReached = false;
       let allTimedOut = true;
       for (const upstream of candidates) {
@@ -73,10 +75,12 @@ export function createForwarder(
           call.method,
           upstreamParams(call, upstream.config),
           Math.min(upstream.config.timeoutMs, remaining),
-          (result) => checkUpstreamResult(call, result),
+          check,
         );
         observe?.(network.id, upstream.id, outcome);
-        if (outcome.kind === 'result') return { kind: 'result', result: outcome.result, upstream: upstream.id, attempts };
+        if (outcome.kind === 'result') {
+          return { kind: 'result', resultBytes: outcome.resultBytes, result: outcome.result, upstream: upstream.id, attempts };
+        }
         if (outcome.kind === 'rpc-error') return { kind: 'rpc-error', error: outcome.error, upstream: upstream.id, attempts };
         attempts.push({ upstream: upstream.id, reason: outcome.reason });
         if (!outcome.timedOut) allTimedOut = false;

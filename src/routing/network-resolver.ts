@@ -64,28 +64,43 @@ export function createNetworkResolver<N>(entries: ReadonlyArray<{ baseUrl: strin
       b.prefix.length - a.prefix.length,
   );
 
+  // Clients call the same URL over and over: remember recent answers (bounded; emptied when full).
+  const recent = new Map<string, ResolveResult<N>>();
+  const RECENT_MAX = 10_000;
+
   return {
     resolve(hostHeader, rawPath) {
-      const queryStart = rawPath.indexOf('?');
-      const path = queryStart === -1 ? rawPath : rawPath.slice(0, queryStart);
-      const { host, port } = splitHostPort(hostHeader ?? '');
-      let hostMatched = false;
-      for (const route of routes) {
-        if (route.host !== undefined && (route.host !== host || (route.port !== undefined && route.port !== port))) continue;
-        hostMatched = true;
-        if (route.prefix !== '' && path !== route.prefix && !path.startsWith(`${route.prefix}/`)) continue;
-        const rest = path.slice(route.prefix.length);
-        if (rest === '/v3' || rest === '/v3/') return { kind: 'missing-key', network: route.network };
-        const match = /^\/v3\/([^/]+)\/?$/.exec(rest);
-        if (match) return { kind: 'found', value: { network: route.network, apiKey: safeDecode(match[1]!) } };
-        // The prefix matched but the rest is not `/v3/<key>`: a more general route may still match.
+      const memoKey = `${hostHeader ?? ''} ${rawPath}`;
+      let result = recent.get(memoKey);
+      if (result === undefined) {
+        result = resolveUncached(hostHeader, rawPath);
+        if (recent.size >= RECENT_MAX) recent.clear();
+        recent.set(memoKey, result);
       }
-      return {
-        kind: 'not-found',
-        reason: hostMatched
-          ? 'not found: expected POST {base_url}/v3/<API_KEY>'
-          : `not found: no network is served at host ${hostHeader ?? '(none)'}`,
-      };
+      return result;
     },
   };
+
+  function resolveUncached(hostHeader: string | undefined, rawPath: string): ResolveResult<N> {
+    const queryStart = rawPath.indexOf('?');
+    const path = queryStart === -1 ? rawPath : rawPath.slice(0, queryStart);
+    const { host, port } = splitHostPort(hostHeader ?? '');
+    let hostMatched = false;
+    for (const route of routes) {
+      if (route.host !== undefined && (route.host !== host || (route.port !== undefined && route.port !== port))) continue;
+      hostMatched = true;
+      if (route.prefix !== '' && path !== route.prefix && !path.startsWith(`${route.prefix}/`)) continue;
+      const rest = path.slice(route.prefix.length);
+      if (rest === '/v3' || rest === '/v3/') return { kind: 'missing-key', network: route.network };
+      const match = /^\/v3\/([^/]+)\/?$/.exec(rest);
+      if (match) return { kind: 'found', value: { network: route.network, apiKey: safeDecode(match[1]!) } };
+      // The prefix matched but the rest is not `/v3/<key>`: a more general route may still match.
+    }
+    return {
+      kind: 'not-found',
+      reason: hostMatched
+        ? 'not found: expected POST {base_url}/v3/<API_KEY>'
+        : `not found: no network is served at host ${hostHeader ?? '(none)'}`,
+    };
+  }
 }

@@ -1,6 +1,7 @@
 import { Pool } from 'undici';
 import type { UpstreamConfig } from '../config/schema.js';
 import type { JsonRpcErrorObject } from '../errors.js';
+import { scanEnvelope, type MemberSpan } from '../jsonrpc/envelope-scanner.js';
 
 /**
  * One provider endpoint: an undici keep-alive Pool, the gateway's own request ids, and the
@@ -9,7 +10,11 @@ import type { JsonRpcErrorObject } from '../errors.js';
  */
 
 export type AttemptOutcome =
-  | { kind: 'result'; result: unknown; durationMs: number }
+  /**
+   * `resultBytes` are the result's JSON exactly as the upstream sent it; `result` is its parsed
+   * value, present only when a result check asked to see it.
+   */
+  | { kind: 'result'; resultBytes: Buffer; result?: unknown; durationMs: number }
   /** The upstream's own JSON-RPC error, passed on to the client (and charged). */
   | { kind: 'rpc-error'; error: JsonRpcErrorObject; durationMs: number }
   | { kind: 'failure'; reason: string; timedOut: boolean; durationMs: number };
@@ -81,7 +86,8 @@ export class Upstream {
     method: string,
     params: unknown,
     timeoutMs: number,
-    checkResult: (result: unknown) => string | undefined,
+    /** Why a result cannot be used; given only for methods whose results must be inspected. */
+    checkResult?: (result: unknown) => string | undefined,
   ): Promise<AttemptOutcome> {
     const started = performance.now();
     const requestId = this.nextRequestId++;
@@ -101,12 +107,12 @@ export class Upstream {
         body,
         signal: controller.signal,
       });
-      const text = await response.body.text();
+      const bytes = Buffer.from(await response.body.arrayBuffer());
       const durationMs = performance.now() - started;
       if (response.statusCode < 200 || response.statusCode >= 300) {
         outcome = { kind: 'failure', reason: `http_${response.statusCode}`, timedOut: false, durationMs };
       } else {
-        outcome = interpretBody(text, requestId, checkResult, durationMs);
+        outcome = interpretBody(bytes, requestId, checkResult, durationMs);
       }
     } catch (error) {
       const durationMs = performance.now() - started;
@@ -142,39 +148,48 @@ export class Upstream {
   }
 }
 
+/**
+ * Reads the upstream's envelope without parsing its result (which may be megabytes): the id and
+ * error are small and parsed; the result is passed on as the bytes the upstream sent, and parsed
+ * only when the method's check needs to look at it (block hashes).
+ */
 function interpretBody(
-  text: string,
+  bytes: Buffer,
   requestId: number,
-  checkResult: (result: unknown) => string | undefined,
+  checkResult: ((result: unknown) => string | undefined) | undefined,
   durationMs: number,
 ): AttemptOutcome {
-  let parsed: unknown;
+  const failure = (reason: string): AttemptOutcome => ({ kind: 'failure', reason, timedOut: false, durationMs });
+  const spans = scanEnvelope(bytes);
+  if (spans === undefined) return failure('invalid_json');
+  const member = (span: MemberSpan): unknown => JSON.parse(bytes.toString('utf8', span.start, span.end));
   try {
-    parsed = JSON.parse(text);
+    if (spans.id === undefined || member(spans.id) !== requestId) return failure('mismatched_id');
+    if (spans.error !== undefined && bytes[spans.error.start] !== 0x6e /* null */) {
+      const error = member(spans.error) as Partial<JsonRpcErrorObject> | null;
+      if (error === null || typeof error !== 'object' || typeof error.code !== 'number' || typeof error.message !== 'string') {
+        return failure('invalid_response');
+      }
+      if (FAILOVER_RPC_CODES.has(error.code)) return failure(`rpc_error_${error.code}`);
+      const passed: JsonRpcErrorObject = { code: error.code, message: error.message };
+      if (error.data !== undefined) passed.data = error.data;
+      return { kind: 'rpc-error', error: passed, durationMs };
+    }
+    if (spans.result === undefined) return failure('invalid_response');
+    const resultBytes = bytes.subarray(spans.result.start, spans.result.end);
+    if (checkResult === undefined) {
+      // A bare number or literal is tiny: parse it, so that `tru` or `1.2.3` never reaches a client.
+      const first = resultBytes[0];
+      if (first !== 0x7b && first !== 0x5b && first !== 0x22) member(spans.result);
+      return { kind: 'result', resultBytes, durationMs };
+    }
+    const result = member(spans.result);
+    const problem = checkResult(result);
+    if (problem !== undefined) return failure(problem.replaceAll(' ', '_'));
+    return { kind: 'result', resultBytes, result, durationMs };
   } catch {
-    return { kind: 'failure', reason: 'invalid_json', timedOut: false, durationMs };
+    return failure('invalid_json'); // a member that is not valid JSON after all
   }
-  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
-    return { kind: 'failure', reason: 'invalid_response', timedOut: false, durationMs };
-  }
-  const envelope = parsed as { id?: unknown; result?: unknown; error?: unknown };
-  if (envelope.id !== requestId) return { kind: 'failure', reason: 'mismatched_id', timedOut: false, durationMs };
-  if (envelope.error !== undefined) {
-    const error = envelope.error as Partial<JsonRpcErrorObject> | null;
-    if (error === null || typeof error !== 'object' || typeof error.code !== 'number' || typeof error.message !== 'string') {
-      return { kind: 'failure', reason: 'invalid_response', timedOut: false, durationMs };
-    }
-    if (FAILOVER_RPC_CODES.has(error.code)) {
-      return { kind: 'failure', reason: `rpc_error_${error.code}`, timedOut: false, durationMs };
-    }
-    const passed: JsonRpcErrorObject = { code: error.code, message: error.message };
-    if (error.data !== undefined) passed.data = error.data;
-    return { kind: 'rpc-error', error: passed, durationMs };
-  }
-  if (!('result' in envelope)) return { kind: 'failure', reason: 'invalid_response', timedOut: false, durationMs };
-  const problem = checkResult(envelope.result);
-  if (problem !== undefined) return { kind: 'failure', reason: problem.replaceAll(' ', '_'), timedOut: false, durationMs };
-  return { kind: 'result', result: envelope.result, durationMs };
 }
 
 function connectionFailureReason(error: unknown): string {

@@ -68,14 +68,14 @@ function refusal(result: Extract<LedgerResult, { ok: false }>, subject: ChargeSu
   );
 }
 
-/** A forwarded call's outcome with the result already serialised (once, shared by single-flight followers). */
+/** A forwarded call's outcome with the result as bytes to splice (shared by single-flight followers). */
 type Answer =
   | { kind: 'result'; bytes: string | Buffer; upstream: string; attempts: ForwardOutcome['attempts'] }
   | Exclude<ForwardOutcome, { kind: 'result' }>;
 
-function serialised(outcome: ForwardOutcome, bytes?: Buffer): Answer {
+function serialised(outcome: ForwardOutcome): Answer {
   if (outcome.kind !== 'result') return outcome;
-  return { kind: 'result', bytes: bytes ?? JSON.stringify(outcome.result), upstream: outcome.upstream, attempts: outcome.attempts };
+  return { kind: 'result', bytes: outcome.resultBytes, upstream: outcome.upstream, attempts: outcome.attempts };
 }
 
 export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
@@ -105,13 +105,21 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
 
   const storeUnavailable = (id: JsonRpcId): Reply => errorReply(id, new GatewayError('TG_ERR_STORE_UNAVAILABLE'));
 
-  /** Charges an answer known without an upstream call, then returns it. */
-  async function chargeAndAnswer(id: JsonRpcId, subject: ChargeSubject, ctx: RequestContext, result: string | Buffer): Promise<Reply> {
-    const charged = await ledger(meter.charge(subject));
-    if (charged === undefined) return deps.failOpen ? { id, result } : storeUnavailable(id);
-    recordCharge(ctx, subject.method, charged.ok ? subject.cost : 0, charged);
-    if (!charged.ok) return errorReply(id, refusal(charged, subject, now()));
-    return { id, result };
+  /**
+   * Charges an answer known without an upstream call, then returns it. Written with one `then`
+   * rather than async layers: this is the cache-hit path, where every promise shows.
+   */
+  function chargeAndAnswer(id: JsonRpcId, subject: ChargeSubject, ctx: RequestContext, result: string | Buffer): Promise<Reply> {
+    return meter.charge(subject).then(
+      (charged): Reply => {
+        recordCharge(ctx, subject.method, charged.ok ? subject.cost : 0, charged);
+        return charged.ok ? { id, result } : errorReply(id, refusal(charged, subject, now()));
+      },
+      (error: unknown): Reply => {
+        deps.onStoreError?.(error);
+        return deps.failOpen ? { id, result } : storeUnavailable(id);
+      },
+    );
   }
 
   async function forward(call: PreparedCall, network: NetworkRuntime, deadline: number): Promise<Answer> {
@@ -124,9 +132,9 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
         const outcome = await network.forwarder.forward(call, deadline);
         // Only verified blocks are cached: the forwarder already rejected a mismatched hash.
         if (outcome.kind !== 'result' || outcome.result === null) return serialised(outcome);
-        const bytes = Buffer.from(JSON.stringify(outcome.result));
-        cache.set(network.config.id, hash, hydrated, bytes);
-        return serialised(outcome, bytes);
+        // A copy: the bytes are a view into the whole upstream response, which the cache must not keep.
+        cache.set(network.config.id, hash, hydrated, Buffer.from(outcome.resultBytes));
+        return serialised(outcome);
       },
       deadline,
       () => ({
@@ -137,7 +145,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     );
   }
 
-  async function answer(item: CallItem, call: PreparedCall, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): Promise<Reply> {
+  function answer(item: CallItem, call: PreparedCall, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): Promise<Reply> {
     const subject = subjectOf(call, network, auth, now());
     if (call.kind === 'local') return chargeAndAnswer(item.id, subject, ctx, JSON.stringify(call.result));
     if (call.kind === 'block') {
@@ -146,7 +154,17 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
       ctx.cache = cached === undefined ? 'miss' : 'hit';
       if (cached !== undefined) return chargeAndAnswer(item.id, subject, ctx, cached);
     }
+    return forwardAndSettle(item, call, network, subject, ctx, deadline);
+  }
 
+  async function forwardAndSettle(
+    item: CallItem,
+    call: PreparedCall,
+    network: NetworkRuntime,
+    subject: ChargeSubject,
+    ctx: RequestContext,
+    deadline: number,
+  ): Promise<Reply> {
     const reservationId = meter.newReservationId();
     const reserved = await ledger(meter.reserve(reservationId, subject));
     if (reserved === undefined) {
@@ -184,12 +202,12 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   }
 
   return {
-    async execute(item, network, auth, ctx, deadline) {
+    execute(item, network, auth, ctx, deadline) {
       let call: PreparedCall;
       try {
         call = network.methods.prepare(item.method, item.params);
       } catch (error) {
-        if (error instanceof GatewayError) return errorReply(item.id, error);
+        if (error instanceof GatewayError) return Promise.resolve(errorReply(item.id, error));
         throw error;
       }
       return answer(item, call, network, auth, ctx, deadline);

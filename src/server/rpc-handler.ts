@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { GatewayError, toHttpStatus } from '../errors.js';
 import { errorReply, parseBody, serialiseReplies, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
 import { checkNetworkAllowed, type Authenticator } from '../auth/authenticator.js';
@@ -21,15 +21,17 @@ import type { NetworkRuntime, NetworkSet } from './network-runtime.js';
 
 export interface RpcHandlerDeps {
   server: GatewayConfig['server'];
-  networks: () => NetworkSet;
+  /** The network set a request works with, from arrival to finish (a reload swaps in a new one). */
+  acquireNetworks: () => NetworkSet;
+  /** True while draining: responses tell keep-alive clients to close their connection. */
+  draining: () => boolean;
   authenticator: Authenticator;
   executor: CallExecutor;
   meter: Meter;
   now: () => number;
   logger: Logger;
-  /** Called when a request arrives, and once it finished (after its response is written). */
-  onStarted?: () => void;
-  onFinished?: (ctx: RequestContext) => void;
+  /** Called once per request after its response is written, with the set it acquired. */
+  onFinished: (ctx: RequestContext, networks: NetworkSet) => void;
 }
 
 /** Metrics outcome of one reply: `ok`, `upstream_error` (passed through), or the gateway error's code. */
@@ -64,15 +66,20 @@ function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer> {
       }
       chunks.push(chunk);
     };
+    // On success the listeners are left on the finished stream (it is discarded with the request);
+    // 'close' still comes after 'end', so it must not build an Error (a stack trace) needlessly.
+    let ended = false;
     const onEnd = (): void => {
-      stop();
+      ended = true;
       resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
     };
     const onError = (error: Error): void => {
       stop();
       reject(error);
     };
-    const onClose = (): void => onError(new Error('request closed before its body was read'));
+    const onClose = (): void => {
+      if (!ended) onError(new Error('request closed before its body was read'));
+    };
     const stop = (): void => {
       req.off('data', onData);
       req.off('end', onEnd);
@@ -88,6 +95,7 @@ function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer> {
 
 function isJsonContentType(header: string | undefined): boolean {
   if (header === undefined) return false;
+  if (header === 'application/json') return true; // what nearly every client sends
   const mediaType = header.split(';', 1)[0]!.trim().toLowerCase();
   return mediaType === 'application/json' || (mediaType.startsWith('application/') && mediaType.endsWith('+json'));
 }
@@ -97,12 +105,13 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
 
   function send(res: ServerResponse, ctx: RequestContext, status: number, body: Buffer | undefined, headers: Record<string, string> = {}): void {
     ctx.httpStatus = status;
-    const responseHeaders: Record<string, string | number> = { 'x-request-id': ctx.requestId, ...headers };
+    headers['x-request-id'] = ctx.requestId;
     if (body !== undefined) {
-      responseHeaders['content-type'] = 'application/json';
-      responseHeaders['content-length'] = body.length;
+      headers['content-type'] = 'application/json';
+      headers['content-length'] = String(body.length);
     }
-    res.writeHead(status, responseHeaders);
+    if (deps.draining()) headers.connection = 'close';
+    res.writeHead(status, headers);
     res.end(body);
   }
 
@@ -113,23 +122,27 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
   }
 
   /** X-Credits-Cost and X-Credits-Remaining for an authenticated request (the team's balance after it). */
-  async function creditHeaders(auth: KeyWithTeam, ctx: RequestContext): Promise<Record<string, string>> {
-    if (ctx.teamUsed === undefined) {
-      try {
-        ctx.teamUsed = (await deps.meter.peek(auth.team.id, utcDay(deps.now()))).teamUsed;
-      } catch {
-        return { 'x-credits-cost': String(ctx.creditsCharged) }; // the store is unreachable: balance unknown
-      }
-    }
+  function creditHeaders(auth: KeyWithTeam, ctx: RequestContext): Record<string, string> | Promise<Record<string, string>> {
+    if (ctx.teamUsed !== undefined) return creditHeadersOf(auth, ctx.teamUsed, ctx);
+    // No ledger operation told this request the balance (nothing was charged or refused): ask.
+    return deps.meter.peek(auth.team.id, utcDay(deps.now())).then(
+      (result) => {
+        ctx.teamUsed = result.teamUsed;
+        return creditHeadersOf(auth, result.teamUsed, ctx);
+      },
+      () => ({ 'x-credits-cost': String(ctx.creditsCharged) }), // the store is unreachable: balance unknown
+    );
+  }
+
+  function creditHeadersOf(auth: KeyWithTeam, teamUsed: number, ctx: RequestContext): Record<string, string> {
     return {
       'x-credits-cost': String(ctx.creditsCharged),
-      'x-credits-remaining': String(Math.max(0, auth.team.dailyCredits - ctx.teamUsed)),
+      'x-credits-remaining': String(Math.max(0, auth.team.dailyCredits - teamUsed)),
     };
   }
 
-  async function handle(req: IncomingMessage, res: ServerResponse, ctx: RequestContext): Promise<void> {
+  async function handle(req: IncomingMessage, res: ServerResponse, ctx: RequestContext, networks: NetworkSet): Promise<void> {
     // Resolve the network from Host + path; nothing in the body takes part.
-    const networks = deps.networks();
     const resolved = networks.resolver.resolve(req.headers.host, req.url ?? '/');
     if (resolved.kind === 'not-found') return reject(res, ctx, new GatewayError('TG_ERR_NOT_FOUND', resolved.reason));
     const network: NetworkRuntime = resolved.kind === 'found' ? resolved.value.network : resolved.network;
@@ -145,7 +158,8 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
     }
 
     // Authenticate before reading the body: unknown keys cost no parsing.
-    const auth = await deps.authenticator.authenticate(resolved.value.apiKey);
+    const authenticated = deps.authenticator.authenticate(resolved.value.apiKey);
+    const auth = authenticated instanceof Promise ? await authenticated : authenticated;
     ctx.keyId = auth.key.id;
     ctx.teamId = auth.team.id;
     // From here on the team is known: even a rejection carries the credit headers.
@@ -179,15 +193,21 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
     if (parsed.kind === 'batch') ctx.batchSize = items.length;
     for (const item of items) if (item.kind !== 'invalid') ctx.methods.push(item.method);
 
-    const replies = await Promise.all(items.map((item) => executeItem(item, network, auth, ctx, deadline)));
+    // A single call is awaited directly: Promise.all over one item only adds allocations.
+    const replies =
+      parsed.kind === 'single'
+        ? [await executeItem(parsed.item, network, auth, ctx, deadline)]
+        : await Promise.all(items.map((item) => executeItem(item, network, auth, ctx, deadline)));
+    const answered: Reply[] = [];
     items.forEach((item, index) => {
       const reply = replies[index];
       if (reply === undefined) return;
+      answered.push(reply);
       const method = item.kind === 'call' && network.methods.has(item.method) ? item.method : 'other';
       ctx.calls.push({ method, outcome: outcomeOf(reply) });
     });
-    const answered = replies.filter((reply): reply is Reply => reply !== undefined);
-    const headers = await creditHeaders(auth, ctx);
+    const credits = creditHeaders(auth, ctx);
+    const headers = credits instanceof Promise ? await credits : credits;
     if (answered.length === 0) return send(res, ctx, 204, undefined, headers); // notifications only
 
     let status = 200;
@@ -220,42 +240,55 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
     }
   }
 
+  // Request ids: a random per-process prefix and a counter (unique across replicas and restarts,
+  // cheaper than a UUID per request). A well-formed incoming X-Request-Id is kept instead.
+  const requestIdPrefix = `${randomBytes(6).toString('hex')}-`;
+  let requestCounter = 0;
+
+  function finish(req: IncomingMessage, ctx: RequestContext, networks: NetworkSet): void {
+    // Building the line costs more than a disabled level check (see docs/benchmarks.md).
+    if (logger.isLevelEnabled('info')) {
+      logger.info(
+        {
+          requestId: ctx.requestId,
+          path: redactKeyPath(req.url ?? ''),
+          network: ctx.networkId,
+          teamId: ctx.teamId,
+          keyId: ctx.keyId,
+          methods: ctx.methods,
+          batchSize: ctx.batchSize,
+          status: ctx.httpStatus,
+          error: ctx.errorCode,
+          credits: ctx.creditsCharged,
+          cache: ctx.cache,
+          upstream: ctx.upstream,
+          attempts: ctx.attempts.length > 0 ? ctx.attempts : undefined,
+          durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
+        },
+        'request',
+      );
+    }
+    deps.onFinished(ctx, networks);
+  }
+
   return (req, res) => {
     const incomingId = req.headers['x-request-id'];
-    const requestId = typeof incomingId === 'string' && REQUEST_ID_HEADER.test(incomingId) ? incomingId : randomUUID();
+    const requestId =
+      typeof incomingId === 'string' && REQUEST_ID_HEADER.test(incomingId) ? incomingId : requestIdPrefix + (requestCounter++).toString(36);
     const ctx = createRequestContext(requestId);
-    deps.onStarted?.();
-    handle(req, res, ctx)
-      .catch((error: unknown) => {
-        if (error instanceof GatewayError) return reject(res, ctx, error);
-        logger.error({ err: error, requestId }, 'request failed unexpectedly');
-        if (!res.headersSent) reject(res, ctx, new GatewayError('TG_ERR_INTERNAL'));
-        else res.destroy();
-      })
-      .finally(() => {
-        // Building the line costs more than a disabled level check (see docs/benchmarks.md).
-        if (logger.isLevelEnabled('info')) {
-          logger.info(
-            {
-              requestId: ctx.requestId,
-              path: redactKeyPath(req.url ?? ''),
-              network: ctx.networkId,
-              teamId: ctx.teamId,
-              keyId: ctx.keyId,
-              methods: ctx.methods,
-              batchSize: ctx.batchSize,
-              status: ctx.httpStatus,
-              error: ctx.errorCode,
-              credits: ctx.creditsCharged,
-              cache: ctx.cache,
-              upstream: ctx.upstream,
-              attempts: ctx.attempts.length > 0 ? ctx.attempts : undefined,
-              durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
-            },
-            'request',
-          );
+    const networks = deps.acquireNetworks();
+    handle(req, res, ctx, networks).then(
+      () => finish(req, ctx, networks),
+      (error: unknown) => {
+        if (error instanceof GatewayError) {
+          reject(res, ctx, error);
+        } else {
+          logger.error({ err: error, requestId }, 'request failed unexpectedly');
+          if (!res.headersSent) reject(res, ctx, new GatewayError('TG_ERR_INTERNAL'));
+          else res.destroy();
         }
-        deps.onFinished?.(ctx);
-      });
+        finish(req, ctx, networks);
+      },
+    );
   };
 }

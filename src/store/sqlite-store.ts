@@ -17,7 +17,6 @@ import {
   type Store,
   type Team,
   type TeamPatch,
-  type UsageRow,
   type StoreSnapshot,
 } from './types.js';
 
@@ -115,6 +114,24 @@ interface KeyRow {
   expires_at: number | null;
   revoked_at: number | null;
   created_at: number;
+}
+
+/** A team's or key's spend of one day, as read at the start of a batch plus what the batch changed. */
+interface DayAccount {
+  id: string;
+  day: string;
+  used: number;
+  delta: number;
+}
+
+interface UsageAccount {
+  teamId: string;
+  keyId: string;
+  day: string;
+  network: string;
+  method: string;
+  credits: number;
+  requests: number;
 }
 
 interface ReservationRow {
@@ -241,87 +258,97 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
   };
 
   /**
-   * Applies a batch of ledger operations in one IMMEDIATE transaction. Day totals are read once
-   * per team/key and kept in maps while the batch is decided in order; usage rows are summed per
-   * (team, key, day, network, method) and written once each, so a turn of 100 cache hits on one
-   * key costs three small writes.
+   * Applies a batch of ledger operations in one IMMEDIATE transaction. A team's or key's spend of
+   * a day is read once per batch into an account object; operations are decided in order against
+   * those objects, and each account (and each usage row) is written once at the end, so a turn
+   * of 100 cache hits on one key costs three small writes. Consecutive operations of the same
+   * subject (the common case under load) reuse the previous one's accounts without any lookup.
    */
   const applyLedgerBatch = db.transaction((ops: readonly LedgerOp[]): LedgerResult[] => {
-    const teamUsed = new Map<string, number>();
-    const keyUsed = new Map<string, number>();
-    const teamDelta = new Map<string, number>();
-    const keyDelta = new Map<string, number>();
-    const usageDelta = new Map<string, { row: Omit<UsageRow, 'credits' | 'requests'>; credits: number; requests: number }>();
+    const teams = new Map<string, DayAccount>();
+    const keys = new Map<string, DayAccount>();
+    const usage = new Map<string, UsageAccount>();
 
-    const teamDayKey = (teamId: string, day: string) => `${teamId}\u0000${day}`;
-    const readTeamUsed = (teamId: string, day: string): number => {
-      const key = teamDayKey(teamId, day);
-      let used = teamUsed.get(key);
-      if (used === undefined) {
-        used = statements.teamUsed.get(teamId, day)?.used ?? 0;
-        teamUsed.set(key, used);
+    const account = (accounts: Map<string, DayAccount>, read: (id: string, day: string) => { used: number } | undefined, id: string, day: string) => {
+      const mapKey = `${id}\u0000${day}`;
+      let found = accounts.get(mapKey);
+      if (found === undefined) {
+        found = { id, day, used: read(id, day)?.used ?? 0, delta: 0 };
+        accounts.set(mapKey, found);
       }
-      return used;
+      return found;
     };
-    const readKeyUsed = (keyId: string, day: string): number => {
-      const key = teamDayKey(keyId, day);
-      let used = keyUsed.get(key);
-      if (used === undefined) {
-        used = statements.keyUsed.get(keyId, day)?.used ?? 0;
-        keyUsed.set(key, used);
+    const teamAccount = (teamId: string, day: string) => account(teams, (id, d) => statements.teamUsed.get(id, d), teamId, day);
+    const keyAccount = (keyId: string, day: string) => account(keys, (id, d) => statements.keyUsed.get(id, d), keyId, day);
+    const usageAccount = (teamId: string, keyId: string, day: string, network: string, method: string): UsageAccount => {
+      const mapKey = `${teamId}\u0000${keyId}\u0000${day}\u0000${network}\u0000${method}`;
+      let found = usage.get(mapKey);
+      if (found === undefined) {
+        found = { teamId, keyId, day, network, method, credits: 0, requests: 0 };
+        usage.set(mapKey, found);
       }
-      return used;
+      return found;
     };
-    const addSpend = (teamId: string, keyId: string, day: string, credits: number) => {
-      const teamKey = teamDayKey(teamId, day);
-      const keyKey = teamDayKey(keyId, day);
-      teamUsed.set(teamKey, readTeamUsed(teamId, day) + credits);
-      keyUsed.set(keyKey, readKeyUsed(keyId, day) + credits);
-      teamDelta.set(teamKey, (teamDelta.get(teamKey) ?? 0) + credits);
-      keyDelta.set(keyKey, (keyDelta.get(keyKey) ?? 0) + credits);
+    const spend = (team: DayAccount, key: DayAccount, credits: number): void => {
+      team.used += credits;
+      team.delta += credits;
+      key.used += credits;
+      key.delta += credits;
     };
-    const addUsage = (row: ReservationRow | (ChargeSubject & { cost: number })) => {
-      const { teamId, keyId } = 'teamId' in row ? row : { teamId: row.team_id, keyId: row.key_id };
-      const key = [teamId, keyId, row.day, row.network, row.method].join('\u0000');
-      const entry = usageDelta.get(key);
-      if (entry === undefined) {
-        usageDelta.set(key, { row: { teamId, keyId, day: row.day, network: row.network, method: row.method }, credits: row.cost, requests: 1 });
-      } else {
-        entry.credits += row.cost;
-        entry.requests += 1;
+
+    let last: { subject: ChargeSubject; team: DayAccount; key: DayAccount; usage: UsageAccount } | undefined;
+    const accountsOf = (subject: ChargeSubject) => {
+      const previous = last?.subject;
+      if (
+        previous === undefined ||
+        previous.teamId !== subject.teamId ||
+        previous.keyId !== subject.keyId ||
+        previous.day !== subject.day ||
+        previous.network !== subject.network ||
+        previous.method !== subject.method
+      ) {
+        last = {
+          subject,
+          team: teamAccount(subject.teamId, subject.day),
+          key: keyAccount(subject.keyId, subject.day),
+          usage: usageAccount(subject.teamId, subject.keyId, subject.day, subject.network, subject.method),
+        };
       }
+      return last!;
     };
+
     /** Quota and throughput checks; consumes throughput only when the whole op is allowed. */
-    const admit = (subject: ChargeSubject, nowMs: number): LedgerResult => {
-      const used = readTeamUsed(subject.teamId, subject.day);
+    const admit = (subject: ChargeSubject, nowMs: number, accounts: { team: DayAccount; key: DayAccount }): LedgerResult => {
+      const used = accounts.team.used;
       if (used + subject.cost > subject.teamDailyCredits) {
         return { ok: false, reason: 'daily_credits_exhausted', scope: 'team', limit: subject.teamDailyCredits, used, teamUsed: used };
       }
-      if (subject.keyDailyCap !== null) {
-        const keyUsedToday = readKeyUsed(subject.keyId, subject.day);
-        if (keyUsedToday + subject.cost > subject.keyDailyCap) {
-          return { ok: false, reason: 'daily_credits_exhausted', scope: 'key', limit: subject.keyDailyCap, used: keyUsedToday, teamUsed: used };
-        }
+      if (subject.keyDailyCap !== null && accounts.key.used + subject.cost > subject.keyDailyCap) {
+        return { ok: false, reason: 'daily_credits_exhausted', scope: 'key', limit: subject.keyDailyCap, used: accounts.key.used, teamUsed: used };
       }
       if (subject.teamCreditsPerSecond !== null) {
         const retryAfterMs = throughput.take(subject.teamId, subject.cost, subject.teamCreditsPerSecond, nowMs);
         if (retryAfterMs > 0) return { ok: false, reason: 'rate_limited', retryAfterMs, teamUsed: used };
       }
-      addSpend(subject.teamId, subject.keyId, subject.day, subject.cost);
+      spend(accounts.team, accounts.key, subject.cost);
       return { ok: true, teamUsed: used + subject.cost };
     };
 
     const results = ops.map((op): LedgerResult => {
       switch (op.type) {
         case 'peek':
-          return { ok: true, teamUsed: readTeamUsed(op.teamId, op.day) };
+          return { ok: true, teamUsed: teamAccount(op.teamId, op.day).used };
         case 'charge': {
-          const result = admit(op.subject, op.nowMs);
-          if (result.ok) addUsage(op.subject);
+          const accounts = accountsOf(op.subject);
+          const result = admit(op.subject, op.nowMs, accounts);
+          if (result.ok) {
+            accounts.usage.credits += op.subject.cost;
+            accounts.usage.requests += 1;
+          }
           return result;
         }
         case 'reserve': {
-          const result = admit(op.subject, op.nowMs);
+          const result = admit(op.subject, op.nowMs, accountsOf(op.subject));
           if (result.ok) {
             const { subject } = op;
             statements.insertReservation.run({
@@ -341,30 +368,25 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
         case 'settle': {
           const row = statements.takeReservation.get(op.reservationId);
           if (row === undefined) return { ok: true, teamUsed: 0 };
-          addUsage(row);
-          return { ok: true, teamUsed: readTeamUsed(row.team_id, row.day) };
+          const entry = usageAccount(row.team_id, row.key_id, row.day, row.network, row.method);
+          entry.credits += row.cost;
+          entry.requests += 1;
+          return { ok: true, teamUsed: teamAccount(row.team_id, row.day).used };
         }
         case 'refund': {
           const row = statements.takeReservation.get(op.reservationId);
           if (row === undefined) return { ok: true, teamUsed: 0 };
-          addSpend(row.team_id, row.key_id, row.day, -row.cost);
-          return { ok: true, teamUsed: readTeamUsed(row.team_id, row.day) };
+          const team = teamAccount(row.team_id, row.day);
+          spend(team, keyAccount(row.key_id, row.day), -row.cost);
+          return { ok: true, teamUsed: team.used };
         }
       }
     });
 
-    for (const [key, delta] of teamDelta) {
-      if (delta === 0) continue;
-      const [teamId, day] = key.split('\u0000') as [string, string];
-      statements.addTeamUsed.run(teamId, day, delta);
-    }
-    for (const [key, delta] of keyDelta) {
-      if (delta === 0) continue;
-      const [keyId, day] = key.split('\u0000') as [string, string];
-      statements.addKeyUsed.run(keyId, day, delta);
-    }
-    for (const { row, credits, requests } of usageDelta.values()) {
-      statements.addUsage.run(row.teamId, row.keyId, row.day, row.network, row.method, credits, requests);
+    for (const team of teams.values()) if (team.delta !== 0) statements.addTeamUsed.run(team.id, team.day, team.delta);
+    for (const key of keys.values()) if (key.delta !== 0) statements.addKeyUsed.run(key.id, key.day, key.delta);
+    for (const row of usage.values()) {
+      if (row.requests > 0) statements.addUsage.run(row.teamId, row.keyId, row.day, row.network, row.method, row.credits, row.requests);
     }
     return results;
   });

@@ -1,0 +1,696 @@
+// `npm run bench`: the gateway against the ceilings of a bare Node server and a bare Node proxy,
+// measured in one invocation on one machine, written to docs/benchmarks.md as ratios.
+//
+// Processes: anvil (seeded), the sample DAS server, the gateway (the built CLI, `node
+// dist/cli.js serve`, SQLite store, metering on) and the two references each run on their own,
+// so every server's CPU and RSS are its own; autocannon runs here, in the orchestrator. Every
+// child is killed at the end, on error and on SIGINT/SIGTERM.
+//
+// Each scenario measures the reference and the gateway in interleaved rounds (ref, gateway,
+// gateway, ref), after a warm-up of each, so that a burst of load from something else on the
+// machine hits both sides alike; the rounds are aggregated (requests over time, one latency
+// histogram). Besides requests/s and latency, the server's own CPU time per request (from
+// /proc) is reported: it does not depend on how busy the rest of the machine is.
+//
+//   npm run bench                      # 50 connections, 10 s per target and scenario (+2 s warm-up)
+//   npm run bench -- --quick           # 3 s
+//   BENCH_DURATION=20 BENCH_CONNECTIONS=100 npm run bench
+//   npm run bench -- --profile         # also write a .cpuprofile per gateway process (bench/profile-summary.ts)
+//   npm run bench -- --quick --only "hit, hydrated=false"   # one scenario, printed, not written
+
+import autocannon from 'autocannon';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { cpus, arch, platform, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { isDeepStrictEqual, parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import { request } from 'undici';
+import { stringify as toYaml } from 'yaml';
+import { seedAnvil, startAnvil, type AnvilNode } from '../src/devnet/anvil.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const CLI = join(ROOT, 'dist', 'cli.js');
+const DOC = join(ROOT, 'docs', 'benchmarks.md');
+const START_MARKER = '<!-- bench:start -->';
+const END_MARKER = '<!-- bench:end -->';
+const MIB = 1024 * 1024;
+/** The gateway's default `cache.maxBytes`; the RSS target is this plus 150 MiB. */
+const CACHE_MAX_BYTES = 256 * MIB;
+const RSS_HEADROOM_BYTES = 150 * MIB;
+const BATCH_ITEMS = 50;
+const TRANSACTIONS_PER_BLOCK = 20;
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+const { values: flags } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    profile: { type: 'boolean', default: false },
+    /** Only the scenarios whose name contains this text; nothing is written to the doc. */
+    only: { type: 'string' },
+  },
+  allowPositionals: false,
+});
+
+function positiveEnv(name: string): number | undefined {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return undefined;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value <= 0) throw new Error(`${name} must be a positive number, got "${raw}"`);
+  return value;
+}
+
+const DURATION_S = positiveEnv('BENCH_DURATION') ?? (flags.quick ? 3 : 10);
+const WARMUP_S = 2;
+const CONNECTIONS = Math.round(positiveEnv('BENCH_CONNECTIONS') ?? 50);
+
+function commandLine(): string {
+  const env = ['BENCH_DURATION', 'BENCH_CONNECTIONS']
+    .filter((name) => process.env[name] !== undefined && process.env[name] !== '')
+    .map((name) => `${name}=${process.env[name]}`);
+  const args = process.argv.slice(2);
+  return [...env, 'npm run bench', ...(args.length > 0 ? ['--', ...args] : [])].join(' ');
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child processes: tracked, killed on every way out
+
+const children = new Set<ChildProcess>();
+let anvil: AnvilNode | undefined;
+let workDir: string | undefined;
+
+function killChildren(): void {
+  for (const child of children) {
+    try {
+      child.kill('SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+}
+
+process.on('exit', killChildren); // synchronous: runs on process.exit and normal exit alike
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(signal, () => {
+    process.stderr.write(`\nbench: ${signal}, stopping every child process\n`);
+    killChildren();
+    void anvil?.stop();
+    process.exit(130);
+  });
+}
+
+function track(child: ChildProcess): ChildProcess {
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  return child;
+}
+
+function exited(child: ChildProcess): boolean {
+  return child.exitCode !== null || child.signalCode !== null;
+}
+
+async function stopChild(child: ChildProcess, graceMs = 5_000): Promise<void> {
+  if (exited(child)) return;
+  const done = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  await done;
+  clearTimeout(timer);
+}
+
+/** Runs `node --import tsx <script>` and resolves with the JSON object it prints on its first stdout line. */
+async function startTsProcess<T>(script: string, args: string[]): Promise<{ child: ChildProcess; info: T }> {
+  const child = track(
+    spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bench', script), ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] }),
+  );
+  let stderr = '';
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
+    stderr = (stderr + chunk).slice(-4_000);
+  });
+  const info = await new Promise<T>((resolve, reject) => {
+    let stdout = '';
+    const timer = setTimeout(() => reject(new Error(`${script} did not start within 30 s\n${stderr}`)), 30_000);
+    child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+      stdout += chunk;
+      const newline = stdout.indexOf('\n');
+      if (newline === -1) return;
+      clearTimeout(timer);
+      try {
+        resolve(JSON.parse(stdout.slice(0, newline)) as T);
+      } catch (error) {
+        reject(error);
+      }
+    });
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`${script} exited (code ${code}, signal ${signal}) before listening\n${stderr}`));
+    });
+  });
+  return { child, info };
+}
+
+function runCli(args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = track(spawn(process.execPath, [CLI, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] }));
+    let stdout = '';
+    let stderr = '';
+    child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+    child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+    child.once('error', reject);
+    child.once('exit', (code) => (code === 0 ? resolve(stdout) : reject(new Error(`tollgate ${args.join(' ')}: exit ${code}\n${stderr}`))));
+  });
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+/** Clock ticks per second of /proc/<pid>/stat CPU times. */
+const CLOCK_TICKS = ((): number => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
+
+/** User + system CPU seconds a process has used so far, from /proc (Linux); undefined elsewhere. */
+function cpuSeconds(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th overall.
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Resident set size of a process, from /proc (Linux); undefined elsewhere or once it exited. */
+function rssBytes(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const match = /^VmRSS:\s+(\d+)\s+kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return match ? Number(match[1]) * 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON-RPC helpers
+
+const JSON_HEADERS = { 'content-type': 'application/json' };
+
+async function post(url: string, body: string): Promise<{ status: number; headers: Record<string, unknown>; json: { result?: unknown; error?: unknown } }> {
+  const res = await request(url, { method: 'POST', headers: JSON_HEADERS, body, headersTimeout: 10_000, bodyTimeout: 10_000 });
+  const text = await res.body.text();
+  return { status: res.statusCode, headers: res.headers, json: JSON.parse(text) as { result?: unknown; error?: unknown } };
+}
+
+function blockBody(hash: string, hydrated: boolean, id = 1): string {
+  return JSON.stringify({ jsonrpc: '2.0', id, method: 'eth_getBlockByHash', params: [hash, hydrated] });
+}
+
+function batchBody(hash: string): string {
+  return JSON.stringify(Array.from({ length: BATCH_ITEMS }, (_, index) => JSON.parse(blockBody(hash, false, index + 1)) as unknown));
+}
+
+function assetsBody(groupValue: string, limit: number): string {
+  return JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'getAssetsByGroup', params: { groupKey: 'collection', groupValue, limit, page: 1 } });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The gateway under test
+
+interface GatewayProcess {
+  child: ChildProcess;
+  /** `http://127.0.0.1:port` */
+  origin: string;
+  logFile: string;
+  stop(): Promise<void>;
+}
+
+interface GatewaySetup {
+  dbFile: string;
+  anvilUrl: string;
+  dasUrl: string;
+  secret: string;
+}
+
+async function startGatewayProcess(
+  name: string,
+  setup: GatewaySetup,
+  options: { cacheMaxBytes: number; logLevel: 'warn' | 'info'; profileDir?: string },
+): Promise<GatewayProcess> {
+  const dir = workDir!;
+  const port = await freePort();
+  const configFile = join(dir, `${name}.yaml`);
+  const config = {
+    server: { host: '127.0.0.1', port },
+    // An admin listener, if this build starts one, must not collide with another gateway's.
+    admin: { host: '127.0.0.1', port: 0 },
+    store: { driver: 'sqlite', path: setup.dbFile },
+    cache: { maxBytes: options.cacheMaxBytes },
+    networks: [
+      { id: 'eth', kind: 'evm', chainId: 31337, baseUrls: ['*/eth'], upstreams: [{ id: 'anvil', url: setup.anvilUrl }] },
+      { id: 'das', kind: 'asset', baseUrls: ['*/das'], upstreams: [{ id: 'sample-das', url: setup.dasUrl }] },
+    ],
+  };
+  writeFileSync(configFile, toYaml(config));
+  const logFile = join(dir, `${name}.log`);
+  const logFd = openSync(logFile, 'a');
+  const nodeArgs = options.profileDir === undefined ? [] : ['--cpu-prof', '--cpu-prof-dir', options.profileDir, '--cpu-prof-name', `${name}.cpuprofile`];
+  const child = track(
+    spawn(process.execPath, [...nodeArgs, CLI, 'serve', '--config', configFile], {
+      cwd: ROOT,
+      stdio: ['ignore', logFd, logFd],
+      env: { ...process.env, TOLLGATE_LOG_LEVEL: options.logLevel },
+    }),
+  );
+  closeSync(logFd);
+  const origin = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    if (exited(child)) throw new Error(`gateway ${name} exited during start-up:\n${readFileSync(logFile, 'utf8').slice(-4_000)}`);
+    try {
+      const res = await post(`${origin}/eth/v3/${setup.secret}`, JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_chainId', params: [] }));
+      if (res.status === 200 && res.json.result === '0x7a69') break;
+      throw new Error(`eth_chainId answered ${res.status} ${JSON.stringify(res.json)}`);
+    } catch (error) {
+      if (Date.now() > deadline) throw new Error(`gateway ${name} not ready within 20 s: ${(error as Error).message}`, { cause: error });
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+  return { child, origin, logFile, stop: () => stopChild(child) };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Load
+
+/** What autocannon returns with `skipAggregateResult` (one run, histograms still encoded). */
+interface RawRun {
+  totalCompletedRequests: number;
+  duration: number;
+  errors: number;
+  non2xx: number;
+}
+
+/** Not in @types/autocannon 7: combines raw runs into one result with one latency histogram. */
+const aggregate = (autocannon as unknown as { aggregateResult(runs: RawRun[], opts: { url: string }): autocannon.Result }).aggregateResult;
+
+interface Target {
+  name: string;
+  url: string;
+  body: string;
+  pid: number | undefined;
+}
+
+interface Measured {
+  scenario: string;
+  target: string;
+  requestsPerSecond: number;
+  p50: number;
+  p99: number;
+  /** Server CPU (user + system) per request, in microseconds. */
+  cpuUsPerRequest?: number;
+  errors: number;
+  rss?: number;
+  /** The reference row this one is compared with. */
+  reference?: Measured;
+}
+
+function load(target: Target, seconds: number): Promise<RawRun> {
+  const options = {
+    url: target.url,
+    method: 'POST' as const,
+    headers: JSON_HEADERS,
+    body: target.body,
+    connections: CONNECTIONS,
+    pipelining: 1,
+    duration: seconds,
+    skipAggregateResult: true,
+  };
+  return autocannon(options) as unknown as Promise<RawRun>;
+}
+
+class Rounds {
+  readonly runs: RawRun[] = [];
+  cpu = 0;
+  cpuKnown = true;
+
+  constructor(readonly target: Target) {}
+
+  async run(seconds: number): Promise<void> {
+    const before = cpuSeconds(this.target.pid);
+    this.runs.push(await load(this.target, seconds));
+    const after = cpuSeconds(this.target.pid);
+    if (before === undefined || after === undefined) this.cpuKnown = false;
+    else this.cpu += after - before;
+  }
+
+  result(scenario: string, reference?: Measured): Measured {
+    const requests = this.runs.reduce((sum, run) => sum + run.totalCompletedRequests, 0);
+    const seconds = this.runs.reduce((sum, run) => sum + run.duration, 0);
+    const latency = aggregate(this.runs, { url: this.target.url }).latency;
+    return {
+      scenario,
+      target: this.target.name,
+      requestsPerSecond: requests / seconds,
+      p50: latency.p50,
+      p99: latency.p99,
+      cpuUsPerRequest: this.cpuKnown && requests > 0 ? (this.cpu / requests) * 1e6 : undefined,
+      errors: this.runs.reduce((sum, run) => sum + run.errors + run.non2xx, 0),
+      rss: rssBytes(this.target.pid),
+      reference,
+    };
+  }
+}
+
+/** Halves of the measured time per target: ref, gateway, gateway, ref (ABBA cancels a linear drift). */
+function roundSeconds(): number[] {
+  const first = Math.max(1, Math.round(DURATION_S / 2));
+  const second = Math.max(1, DURATION_S - first);
+  return [first, second];
+}
+
+function describe(row: Measured): string {
+  const cpu = row.cpuUsPerRequest === undefined ? '' : `, ${Math.round(row.cpuUsPerRequest)} µs CPU/req`;
+  return `${Math.round(row.requestsPerSecond)} req/s, p99 ${row.p99} ms${cpu}${row.errors > 0 ? `, ${row.errors} ERRORS` : ''}`;
+}
+
+/** Measures a reference and the gateway in interleaved rounds; returns [reference, gateway]. */
+async function comparePair(scenario: string, reference: Target, gateway: Target): Promise<[Measured, Measured]> {
+  process.stdout.write(`  ${scenario}: `);
+  const ref = new Rounds(reference);
+  const gw = new Rounds(gateway);
+  await load(reference, WARMUP_S);
+  await load(gateway, WARMUP_S);
+  const [first, second] = roundSeconds() as [number, number];
+  await ref.run(first);
+  await gw.run(first);
+  await gw.run(second);
+  await ref.run(second);
+  const refRow = ref.result(scenario);
+  const gwRow = gw.result(scenario, refRow);
+  process.stdout.write(`${reference.name} ${describe(refRow)} | gateway ${describe(gwRow)}\n`);
+  return [refRow, gwRow];
+}
+
+/** One target alone (warm-up, then the whole duration), compared with an earlier reference row. */
+async function measureAlone(scenario: string, target: Target, reference: Measured | undefined): Promise<Measured> {
+  process.stdout.write(`  ${scenario}: `);
+  const rounds = new Rounds(target);
+  await load(target, WARMUP_S);
+  await rounds.run(DURATION_S);
+  const row = rounds.result(scenario, reference);
+  process.stdout.write(`gateway ${describe(row)}\n`);
+  return row;
+}
+
+/** Same answer from both (ids aside): the comparison is only fair if the work is the same. */
+async function sameAnswer(what: string, gatewayUrl: string, referenceUrl: string, body: string, expectCache?: 'hit' | 'miss'): Promise<void> {
+  const viaGateway = await post(gatewayUrl, body);
+  const viaReference = await post(referenceUrl, body);
+  if (viaGateway.status !== 200 || !isDeepStrictEqual(viaGateway.json, viaReference.json)) {
+    throw new Error(`${what}: the gateway's answer differs from the reference's (HTTP ${viaGateway.status}): ${JSON.stringify(viaGateway.json).slice(0, 300)}`);
+  }
+  if (expectCache !== undefined) {
+    const again = await post(gatewayUrl, body);
+    if (again.headers['x-cache'] !== expectCache) throw new Error(`${what}: expected X-Cache: ${expectCache}, got ${String(again.headers['x-cache'])}`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report
+
+const fmt = (value: number, digits = 2): string => value.toFixed(digits);
+const mib = (bytes: number | undefined): string => (bytes === undefined ? 'n/a' : fmt(bytes / MIB, 1));
+
+function ratios(row: Measured): { rps?: number; p99?: number; cpu?: number } {
+  const ref = row.reference;
+  if (ref === undefined) return {};
+  return {
+    rps: row.requestsPerSecond / ref.requestsPerSecond,
+    // Latencies are whole milliseconds; a 0 ms reference p99 counts as 1 ms.
+    p99: row.p99 / Math.max(1, ref.p99),
+    cpu: row.cpuUsPerRequest !== undefined && ref.cpuUsPerRequest !== undefined ? row.cpuUsPerRequest / ref.cpuUsPerRequest : undefined,
+  };
+}
+
+interface Check {
+  name: string;
+  measured: string;
+  pass: boolean;
+}
+
+function report(rows: Measured[], checks: Check[], facts: { data: string; startedAt: Date; elapsedS: number }): string {
+  const cpu = cpus();
+  const [first, second] = roundSeconds() as [number, number];
+  const x = (value: number | undefined): string => (value === undefined ? '' : `${fmt(value)}×`);
+  const lines: string[] = [];
+  lines.push(`Generated by \`${commandLine()}\` on ${facts.startedAt.toISOString()} (the run took ${Math.round(facts.elapsedS)} s).`);
+  lines.push('');
+  lines.push(`- Machine: ${cpu.length} cores (${cpu[0]?.model.trim() ?? 'unknown CPU'}), ${platform()} ${arch()}, Node ${process.version}.`);
+  lines.push(
+    `- Load: autocannon in the orchestrator process, ${CONNECTIONS} connections, pipelining 1; per scenario a ${WARMUP_S} s warm-up of each ` +
+      `target (not recorded), then ${DURATION_S} s per target in interleaved rounds (reference ${first} s, gateway ${first} s, gateway ${second} s, reference ${second} s).`,
+  );
+  lines.push(
+    `- Gateway: \`node dist/cli.js serve\` as its own process; SQLite store (WAL, temp dir) with metering on (every call charged); ` +
+      `cache \`maxBytes\` ${CACHE_MAX_BYTES / MIB} MiB; \`TOLLGATE_LOG_LEVEL=warn\` (no per-request log line) unless the row says \`info\`; ` +
+      'its log goes to a file. Team and key made with `tollgate teams create` / `keys create`.',
+  );
+  lines.push(`- Data: ${facts.data}`);
+  lines.push(
+    '- Columns: p50/p99 are whole milliseconds (autocannon); "CPU µs/req" is the server process\'s user + system CPU time over the measured ' +
+      'rounds divided by the requests it answered (from `/proc/<pid>/stat`), the ratio least disturbed by other load on the machine; ' +
+      'RSS is `VmRSS` of that process right after its last round.',
+  );
+  lines.push('');
+  lines.push('| scenario | target | req/s | p50 ms | p99 ms | CPU µs/req | req/s vs ref | p99 vs ref | CPU/req vs ref | errors | RSS MiB |');
+  lines.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+  for (const row of rows) {
+    const r = ratios(row);
+    const cpuUs = row.cpuUsPerRequest === undefined ? 'n/a' : fmt(row.cpuUsPerRequest, 0);
+    lines.push(
+      `| ${row.scenario} | ${row.target} | ${Math.round(row.requestsPerSecond)} | ${row.p50} | ${row.p99} | ${cpuUs} | ` +
+        `${x(r.rps)} | ${x(r.p99)} | ${x(r.cpu)} | ${row.errors} | ${mib(row.rss)} |`,
+    );
+  }
+  lines.push('');
+  lines.push('### Targets');
+  lines.push('');
+  lines.push('| target | measured | result |');
+  lines.push('|---|---|---|');
+  for (const check of checks) lines.push(`| ${check.name} | ${check.measured} | ${check.pass ? 'PASS' : '**FAIL**'} |`);
+  return lines.join('\n');
+}
+
+const DOC_HEADER = `# Benchmarks
+
+The gateway is measured against two references started in the same invocation, on the same
+machine, with the same load: a bare \`node:http\` server that answers the same request with the
+same bytes (the ceiling for any Node server, for cache hits), and a minimal \`node:http\` +
+undici \`Pool\` pass-through proxy in front of the same anvil (the ceiling for any Node proxy,
+for cache misses). \`getAssetsByGroup\` is compared with the sample DAS server called directly.
+
+The load generator (autocannon) runs on the same machine as the servers. On a 2-core machine
+the load generator and the server under test share the cores (and anvil joins them for cache
+misses), so absolute numbers say little about a production host: **the ratios to the reference
+are what matter**. Each server (gateway, references, anvil, the sample DAS server) is its own
+process, so each one's CPU time and RSS are its own.
+
+Reproduce with \`npm run bench\` (\`-- --quick\` for 3 s runs; \`BENCH_DURATION\` and
+\`BENCH_CONNECTIONS\` override the defaults; \`-- --profile\` keeps a CPU profile of each gateway
+process). The section between the markers below is rewritten by every run; the rest of this
+file is not.
+
+`;
+
+function writeDoc(generated: string): void {
+  const block = `${START_MARKER}\n${generated}\n${END_MARKER}`;
+  mkdirSync(dirname(DOC), { recursive: true });
+  if (!existsSync(DOC)) {
+    writeFileSync(DOC, `${DOC_HEADER}${block}\n`);
+    return;
+  }
+  const current = readFileSync(DOC, 'utf8');
+  const start = current.indexOf(START_MARKER);
+  const end = current.indexOf(END_MARKER);
+  const next =
+    start !== -1 && end > start ? current.slice(0, start) + block + current.slice(end + END_MARKER.length) : `${current.trimEnd()}\n\n${block}\n`;
+  writeFileSync(DOC, next);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run
+
+async function main(): Promise<void> {
+  const startedAt = new Date();
+  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npm run build\` first (npm run bench does)`);
+  // 6 scenario pairs (2 warm-ups + 2 × duration each) and one gateway-only row, plus start-up.
+  const budgetMs = (6 * (2 * WARMUP_S + 2 * DURATION_S) + WARMUP_S + DURATION_S) * 1000 + 90_000;
+  const watchdog = setTimeout(() => {
+    process.stderr.write(`bench: still running after ${Math.round(budgetMs / 1000)} s, giving up\n`);
+    killChildren();
+    process.exit(1);
+  }, budgetMs);
+  watchdog.unref();
+
+  workDir = mkdtempSync(join(tmpdir(), 'tollgate-bench-'));
+  const profileDir = flags.profile ? join(workDir, 'profiles') : undefined;
+  console.log(`bench: ${CONNECTIONS} connections, ${DURATION_S} s per target (+${WARMUP_S} s warm-up); work dir ${workDir}`);
+
+  // Upstreams, references and the team's key, started side by side.
+  const dbFile = join(workDir, 'tollgate.db');
+  const [chain, das, secret] = await Promise.all([
+    (async () => {
+      anvil = await startAnvil();
+      const seed = await seedAnvil(anvil.url, { blocks: 1, txPerBlock: TRANSACTIONS_PER_BLOCK });
+      const hash = seed.blocksWithTransactions[0]!;
+      const [bare, proxy] = await Promise.all([
+        startTsProcess<{ port: number }>('reference-bare.ts', ['--anvil', anvil.url, '--hash', hash]),
+        startTsProcess<{ port: number }>('reference-proxy.ts', ['--upstream', anvil.url]),
+      ]);
+      return { anvilUrl: anvil.url, hash, bare, proxy };
+    })(),
+    startTsProcess<{ url: string; groupValue: string; size: number }>('sample-das-process.ts', []),
+    (async () => {
+      // A team with a quota no run can exhaust, and its key, made with the CLI like an operator would.
+      await runCli(['teams', 'create', 'bench', '--daily-credits', '1000000000000', '--db', dbFile]);
+      return (JSON.parse(await runCli(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { secret: string }).secret;
+    })(),
+  ]);
+  const { hash, bare, proxy } = chain;
+  const bareUrl = `http://127.0.0.1:${bare.info.port}/`;
+  const proxyUrl = `http://127.0.0.1:${proxy.info.port}/`;
+  const bareTarget = (name: string, body: string): Target => ({ name, url: bareUrl, body, pid: bare.child.pid });
+
+  // The gateways, each its own process on the same store: with the cache, without it, and with
+  // the cache at log level info. Idle ones cost nothing while another is measured.
+  const setup: GatewaySetup = { dbFile, anvilUrl: chain.anvilUrl, dasUrl: das.info.url, secret };
+  const [cached, uncached, logged] = await Promise.all([
+    startGatewayProcess('gateway-cache', setup, { cacheMaxBytes: CACHE_MAX_BYTES, logLevel: 'warn', profileDir }),
+    startGatewayProcess('gateway-no-cache', setup, { cacheMaxBytes: 0, logLevel: 'warn', profileDir }),
+    startGatewayProcess('gateway-info-log', setup, { cacheMaxBytes: CACHE_MAX_BYTES, logLevel: 'info', profileDir }),
+  ]);
+  const eth = (gateway: GatewayProcess): string => `${gateway.origin}/eth/v3/${secret}`;
+  const gatewayTarget = (gateway: GatewayProcess, body: string, path = eth(gateway)): Target => ({ name: 'gateway', url: path, body, pid: gateway.child.pid });
+
+  const sizeOf = async (url: string, body: string): Promise<number> => Buffer.byteLength(JSON.stringify((await post(url, body)).json.result));
+  const data =
+    `one anvil block with ${TRANSACTIONS_PER_BLOCK} transactions (result ${fmt((await sizeOf(bareUrl, blockBody(hash, false))) / 1024, 1)} KiB with hashes, ` +
+    `${fmt((await sizeOf(bareUrl, blockBody(hash, true))) / 1024, 1)} KiB hydrated); batch = ${BATCH_ITEMS} identical cache hits in one request; ` +
+    `getAssetsByGroup page 1 of a sample DAS collection of ${das.info.size} assets ` +
+    `(${fmt((await sizeOf(das.info.url, assetsBody(das.info.groupValue, 100))) / 1024, 0)} KiB at limit 100, ` +
+    `${fmt((await sizeOf(das.info.url, assetsBody(das.info.groupValue, 1000))) / 1024, 0)} KiB at limit 1000).`;
+
+  const rows: Measured[] = [];
+  console.log(`gateway pids: cache ${cached.child.pid}, no cache ${uncached.child.pid}, info log ${logged.child.pid}`);
+
+  const selected = (scenario: string): boolean => flags.only === undefined || scenario.includes(flags.only);
+  for (const hydrated of [false, true]) {
+    if (!selected(`cache hit, hydrated=${hydrated}`)) continue;
+    const body = blockBody(hash, hydrated);
+    await sameAnswer(`cache hit hydrated=${hydrated}`, eth(cached), bareUrl, body, 'hit');
+    rows.push(...(await comparePair(`cache hit, hydrated=${hydrated}`, bareTarget('bare node:http, same bytes', body), gatewayTarget(cached, body))));
+  }
+  if (selected(`batch of ${BATCH_ITEMS} cache hits`)) {
+    const body = batchBody(hash);
+    await sameAnswer('batch', eth(cached), bareUrl, body);
+    rows.push(...(await comparePair(`batch of ${BATCH_ITEMS} cache hits`, bareTarget(`bare node:http, ${BATCH_ITEMS}-item batch`, body), gatewayTarget(cached, body))));
+  }
+  if (selected('cache miss (cache disabled) → anvil')) {
+    const body = blockBody(hash, false);
+    await sameAnswer('cache miss', eth(uncached), proxyUrl, body, 'miss');
+    const reference: Target = { name: 'node:http + undici Pool proxy', url: proxyUrl, body, pid: proxy.child.pid };
+    rows.push(...(await comparePair('cache miss (cache disabled) → anvil', reference, gatewayTarget(uncached, body))));
+  }
+  for (const limit of [100, 1000]) {
+    if (!selected(`getAssetsByGroup, limit ${limit}`)) continue;
+    const body = assetsBody(das.info.groupValue, limit);
+    const viaGateway = `${cached.origin}/das/v3/${secret}`;
+    await sameAnswer(`getAssetsByGroup limit ${limit}`, viaGateway, das.info.url, body);
+    const reference: Target = { name: 'sample DAS server, direct', url: das.info.url, body, pid: das.child.pid };
+    rows.push(...(await comparePair(`getAssetsByGroup, limit ${limit}`, reference, gatewayTarget(cached, body, viaGateway))));
+  }
+  if (flags.only !== undefined) {
+    console.log(`\n${rows.map((row) => `${row.scenario} | ${row.target} | ${Math.round(row.requestsPerSecond)} req/s | p99 ${row.p99} ms | ${row.cpuUsPerRequest === undefined ? '?' : Math.round(row.cpuUsPerRequest)} µs/req | RSS ${mib(row.rss ?? 0)} MiB`).join('\n')}`);
+    await Promise.all([cached.stop(), uncached.stop(), logged.stop(), stopChild(bare.child), stopChild(proxy.child), stopChild(das.child)]);
+    await anvil!.stop();
+    clearTimeout(watchdog);
+    return;
+  }
+  {
+    // The cost of one log line per request: the first scenario again, at info. Its reference is
+    // that scenario's bare run (not measured again, to keep the run short).
+    const body = blockBody(hash, false);
+    await sameAnswer('cache hit at info', eth(logged), bareUrl, body, 'hit');
+    const reference = rows.find((row) => row.scenario === 'cache hit, hydrated=false' && row.reference === undefined);
+    rows.push(await measureAlone('cache hit, hydrated=false, log level info', gatewayTarget(logged, body), reference));
+  }
+  const logBytes = statSync(logged.logFile).size;
+  const gatewayRss = [cached, uncached, logged].map((gateway) => rssBytes(gateway.child.pid) ?? 0);
+
+  // Targets.
+  const gatewayRow = (scenario: string): Measured => {
+    const row = rows.find((candidate) => candidate.scenario === scenario && candidate.reference !== undefined);
+    if (row === undefined) throw new Error(`no gateway row for ${scenario}`);
+    return row;
+  };
+  const checks: Check[] = [];
+  for (const hydrated of [false, true]) {
+    const row = gatewayRow(`cache hit, hydrated=${hydrated}`);
+    const r = ratios(row);
+    checks.push({ name: `cache hit hydrated=${hydrated}: req/s ≥ 0.8× bare`, measured: `${fmt(r.rps ?? 0)}×`, pass: (r.rps ?? 0) >= 0.8 && row.errors === 0 });
+    checks.push({
+      name: `cache hit hydrated=${hydrated}: p99 ≤ 1.5× bare`,
+      measured: `${fmt(r.p99 ?? Infinity)}× (${row.p99} vs ${row.reference!.p99} ms)`,
+      pass: (r.p99 ?? Infinity) <= 1.5,
+    });
+  }
+  {
+    const row = gatewayRow('cache miss (cache disabled) → anvil');
+    const r = ratios(row);
+    checks.push({ name: 'cache miss: req/s ≥ 0.8× proxy', measured: `${fmt(r.rps ?? 0)}×`, pass: (r.rps ?? 0) >= 0.8 && row.errors === 0 });
+  }
+  const maxRss = Math.max(...gatewayRss);
+  checks.push({
+    name: `gateway RSS after the run ≤ cache maxBytes + 150 MiB = ${(CACHE_MAX_BYTES + RSS_HEADROOM_BYTES) / MIB} MiB`,
+    measured: `${mib(maxRss)} MiB (largest of the three gateway processes: ${gatewayRss.map(mib).join(', ')})`,
+    pass: maxRss > 0 && maxRss <= CACHE_MAX_BYTES + RSS_HEADROOM_BYTES,
+  });
+
+  await Promise.all([cached.stop(), uncached.stop(), logged.stop(), stopChild(bare.child), stopChild(proxy.child), stopChild(das.child)]);
+  await anvil!.stop();
+  anvil = undefined;
+
+  const facts = { data: `${data} The info-level run wrote ${mib(logBytes)} MiB of log lines.`, startedAt, elapsedS: (Date.now() - startedAt.getTime()) / 1000 };
+  const generated = report(rows, checks, facts);
+  console.log(`\n${generated}\n`);
+  writeDoc(generated);
+  console.log(`written to ${DOC}`);
+  if (profileDir !== undefined) console.log(`CPU profiles in ${profileDir} (summarise: node --import tsx bench/profile-summary.ts <file>)`);
+  else rmSync(workDir, { recursive: true, force: true });
+  clearTimeout(watchdog);
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`bench: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  killChildren();
+  void anvil?.stop();
+  process.exitCode = 1;
+  setTimeout(() => process.exit(1), 3_000).unref();
+});
