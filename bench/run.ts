@@ -21,7 +21,7 @@
 import autocannon from 'autocannon';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { connect, createServer } from 'node:net';
 import { cpus, arch, platform, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { isDeepStrictEqual, parseArgs } from 'node:util';
@@ -64,6 +64,11 @@ function positiveEnv(name: string): number | undefined {
 }
 
 const DURATION_S = positiveEnv('BENCH_DURATION') ?? (flags.quick ? 3 : 10);
+const REDIS_SCENARIO = 'cache hit, hydrated=false, Redis store';
+
+function selected(scenario: string): boolean {
+  return flags.only === undefined || scenario.includes(flags.only);
+}
 const WARMUP_S = 2;
 const CONNECTIONS = Math.round(positiveEnv('BENCH_CONNECTIONS') ?? 50);
 
@@ -252,7 +257,7 @@ interface GatewaySetup {
 async function startGatewayProcess(
   name: string,
   setup: GatewaySetup,
-  options: { cacheMaxBytes: number; logLevel: 'warn' | 'info'; profileDir?: string },
+  options: { cacheMaxBytes: number; logLevel: 'warn' | 'info'; profileDir?: string; store?: Record<string, unknown> },
 ): Promise<GatewayProcess> {
   const dir = workDir!;
   const port = await freePort();
@@ -261,7 +266,7 @@ async function startGatewayProcess(
     server: { host: '127.0.0.1', port },
     // An admin listener, if this build starts one, must not collide with another gateway's.
     admin: { host: '127.0.0.1', port: 0 },
-    store: { driver: 'sqlite', path: setup.dbFile },
+    store: options.store ?? { driver: 'sqlite', path: setup.dbFile },
     cache: { maxBytes: options.cacheMaxBytes },
     networks: [
       { id: 'eth', kind: 'evm', chainId: 31337, baseUrls: ['*/eth'], upstreams: [{ id: 'anvil', url: setup.anvilUrl }] },
@@ -535,13 +540,48 @@ function writeDoc(generated: string): void {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Redis, for the distributed store's scenario (skipped when redis-server is not installed)
+
+function hasRedisServer(): boolean {
+  try {
+    execFileSync('redis-server', ['--version'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function startRedis(): Promise<{ url: string; child: ChildProcess }> {
+  const port = await freePort();
+  const child = track(spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' }));
+  const url = `redis://127.0.0.1:${port}`;
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    try {
+      // The CLI's migrate fails fast while Redis is not up yet; a TCP connect is enough to wait on.
+      await new Promise<void>((resolve, reject) => {
+        const socket = connect(port, '127.0.0.1', () => {
+          socket.end();
+          resolve();
+        });
+        socket.once('error', reject);
+      });
+      return { url, child };
+    } catch (error) {
+      if (Date.now() > deadline) throw new Error(`redis-server did not start on port ${port}`, { cause: error });
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The run
 
 async function main(): Promise<void> {
   const startedAt = new Date();
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npm run build\` first (npm run bench does)`);
-  // 6 scenario pairs (2 warm-ups + 2 × duration each) and one gateway-only row, plus start-up.
-  const budgetMs = (6 * (2 * WARMUP_S + 2 * DURATION_S) + WARMUP_S + DURATION_S) * 1000 + 90_000;
+  // 7 scenario pairs (2 warm-ups + 2 × duration each) and one gateway-only row, plus start-up.
+  const budgetMs = (7 * (2 * WARMUP_S + 2 * DURATION_S) + WARMUP_S + DURATION_S) * 1000 + 90_000;
   const watchdog = setTimeout(() => {
     process.stderr.write(`bench: still running after ${Math.round(budgetMs / 1000)} s, giving up\n`);
     killChildren();
@@ -586,6 +626,20 @@ async function main(): Promise<void> {
     startGatewayProcess('gateway-no-cache', setup, { cacheMaxBytes: 0, logLevel: 'warn', profileDir }),
     startGatewayProcess('gateway-info-log', setup, { cacheMaxBytes: CACHE_MAX_BYTES, logLevel: 'info', profileDir }),
   ]);
+  // The Redis store: the same team and key, copied with `tollgate migrate`, behind a fourth gateway.
+  const redis = hasRedisServer() && selected(REDIS_SCENARIO) ? await startRedis() : undefined;
+  let redisGateway: GatewayProcess | undefined;
+  if (redis !== undefined) {
+    await runCli(['migrate', '--from', `sqlite:${dbFile}`, '--to', redis.url]);
+    redisGateway = await startGatewayProcess('gateway-redis', setup, {
+      cacheMaxBytes: CACHE_MAX_BYTES,
+      logLevel: 'warn',
+      profileDir,
+      store: { driver: 'redis', url: redis.url },
+    });
+  } else if (selected(REDIS_SCENARIO)) {
+    console.log('redis-server is not installed: the Redis store scenario is skipped');
+  }
   const eth = (gateway: GatewayProcess): string => `${gateway.origin}/eth/v3/${secret}`;
   const gatewayTarget = (gateway: GatewayProcess, body: string, path = eth(gateway)): Target => ({ name: 'gateway', url: path, body, pid: gateway.child.pid });
 
@@ -600,7 +654,6 @@ async function main(): Promise<void> {
   const rows: Measured[] = [];
   console.log(`gateway pids: cache ${cached.child.pid}, no cache ${uncached.child.pid}, info log ${logged.child.pid}`);
 
-  const selected = (scenario: string): boolean => flags.only === undefined || scenario.includes(flags.only);
   for (const hydrated of [false, true]) {
     if (!selected(`cache hit, hydrated=${hydrated}`)) continue;
     const body = blockBody(hash, hydrated);
@@ -626,7 +679,19 @@ async function main(): Promise<void> {
     const reference: Target = { name: 'sample DAS server, direct', url: das.info.url, body, pid: das.child.pid };
     rows.push(...(await comparePair(`getAssetsByGroup, limit ${limit}`, reference, gatewayTarget(cached, body, viaGateway))));
   }
+  if (redisGateway !== undefined) {
+    // Its reference is the SQLite-store gateway, measured again in interleaved rounds.
+    const body = blockBody(hash, false);
+    await sameAnswer('cache hit, Redis store', eth(redisGateway), bareUrl, body, 'hit');
+    const sqliteTarget: Target = { name: 'gateway, SQLite store', url: eth(cached), body, pid: cached.child.pid };
+    rows.push(...(await comparePair(REDIS_SCENARIO, sqliteTarget, gatewayTarget(redisGateway, body))));
+  }
+  const stopRedis = async () => {
+    await redisGateway?.stop();
+    if (redis !== undefined) await stopChild(redis.child);
+  };
   if (flags.only !== undefined) {
+    await stopRedis();
     console.log(`\n${rows.map((row) => `${row.scenario} | ${row.target} | ${Math.round(row.requestsPerSecond)} req/s | p99 ${row.p99} ms | ${row.cpuUsPerRequest === undefined ? '?' : Math.round(row.cpuUsPerRequest)} µs/req | RSS ${mib(row.rss ?? 0)} MiB`).join('\n')}`);
     await Promise.all([cached.stop(), uncached.stop(), logged.stop(), stopChild(bare.child), stopChild(proxy.child), stopChild(das.child)]);
     await anvil!.stop();
@@ -642,7 +707,7 @@ async function main(): Promise<void> {
     rows.push(await measureAlone('cache hit, hydrated=false, log level info', gatewayTarget(logged, body), reference));
   }
   const logBytes = statSync(logged.logFile).size;
-  const gatewayRss = [cached, uncached, logged].map((gateway) => rssBytes(gateway.child.pid) ?? 0);
+  const gatewayRss = [cached, uncached, logged, ...(redisGateway === undefined ? [] : [redisGateway])].map((gateway) => rssBytes(gateway.child.pid) ?? 0);
 
   // Targets.
   const gatewayRow = (scenario: string): Measured => {
@@ -666,13 +731,19 @@ async function main(): Promise<void> {
     const r = ratios(row);
     checks.push({ name: 'cache miss: req/s ≥ 0.8× proxy', measured: `${fmt(r.rps ?? 0)}×`, pass: (r.rps ?? 0) >= 0.8 && row.errors === 0 });
   }
+  if (redisGateway !== undefined) {
+    const row = gatewayRow(REDIS_SCENARIO);
+    const r = ratios(row);
+    checks.push({ name: 'cache hit with the Redis store: req/s ≥ 0.6× the SQLite store', measured: `${fmt(r.rps ?? 0)}×`, pass: (r.rps ?? 0) >= 0.6 && row.errors === 0 });
+  }
   const maxRss = Math.max(...gatewayRss);
   checks.push({
     name: `gateway RSS after the run ≤ cache maxBytes + 150 MiB = ${(CACHE_MAX_BYTES + RSS_HEADROOM_BYTES) / MIB} MiB`,
-    measured: `${mib(maxRss)} MiB (largest of the three gateway processes: ${gatewayRss.map(mib).join(', ')})`,
+    measured: `${mib(maxRss)} MiB (largest of the gateway processes: ${gatewayRss.map(mib).join(', ')})`,
     pass: maxRss > 0 && maxRss <= CACHE_MAX_BYTES + RSS_HEADROOM_BYTES,
   });
 
+  await stopRedis();
   await Promise.all([cached.stop(), uncached.stop(), logged.stop(), stopChild(bare.child), stopChild(proxy.child), stopChild(das.child)]);
   await anvil!.stop();
   anvil = undefined;

@@ -403,8 +403,25 @@ describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (dri
       ]);
       const plain = await teamWithKey(store, { dailyCredits: 200 });
       const three = await store.applyLedger([1, 2, 3].map(() => ({ type: 'charge' as const, subject: subject(plain.team, plain.key), nowMs })));
-      expect(three.map((result) => result.ok)).toEqual([true, true, false]);
+      expect(three).toEqual([
+        { ok: true, teamUsed: 80 },
+        { ok: true, teamUsed: 160 },
+        { ok: false, reason: 'daily_credits_exhausted', scope: 'team', limit: 200, used: 160, teamUsed: 160 },
+      ]);
       expect(await peek(store, plain.team.id)).toBe(160);
+      expect((await store.usage({ teamId: plain.team.id, fromDay: TODAY, toDay: TODAY }))[0]).toMatchObject({ credits: 160, requests: 2 });
+
+      // A run of identical charges that meets the throughput limit part-way (the Redis driver
+      // answers such a run with one script call): each charge gets its own, ordered outcome.
+      const limited = await teamWithKey(store, { dailyCredits: 10_000 });
+      await store.updateTeam(limited.team.id, { creditsPerSecond: 200 });
+      const rateLimited = { ...subject(limited.team, limited.key), teamCreditsPerSecond: 200 };
+      const burst = await store.applyLedger([1, 2, 3, 4].map(() => ({ type: 'charge' as const, subject: rateLimited, nowMs })));
+      expect(burst.slice(0, 2)).toEqual([
+        { ok: true, teamUsed: 80 },
+        { ok: true, teamUsed: 160 },
+      ]);
+      for (const refused of burst.slice(2)) expect(refused).toEqual({ ok: false, reason: 'rate_limited', retryAfterMs: 200, teamUsed: 160 });
     });
 
     it('reports usage by team and by key over a day range, one row per day, key, network and method', async () => {

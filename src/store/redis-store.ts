@@ -16,6 +16,7 @@ import {
   type TeamPatch,
   type UsageRow,
   type StoreSnapshot,
+  type ChargeSubject,
 } from './types.js';
 
 /**
@@ -110,12 +111,47 @@ function toLedgerResult(reply: unknown[]): LedgerResult {
   };
 }
 
+/** Charges that may share one script call: the same subject, priced and limited the same way. */
+function sameCharge(op: LedgerOp, subject: ChargeSubject): boolean {
+  if (op.type !== 'charge') return false;
+  const other = op.subject;
+  return (
+    other.teamId === subject.teamId &&
+    other.keyId === subject.keyId &&
+    other.day === subject.day &&
+    other.network === subject.network &&
+    other.method === subject.method &&
+    other.cost === subject.cost &&
+    other.teamDailyCredits === subject.teamDailyCredits &&
+    other.keyDailyCap === subject.keyDailyCap &&
+    other.teamCreditsPerSecond === subject.teamCreditsPerSecond
+  );
+}
+
+/** One result per charge of a shared call: the first `admitted` succeeded, the rest met the refusal. */
+function chargeResults(reply: unknown[], count: number, cost: number): LedgerResult[] {
+  const admitted = Number(reply[0]);
+  const lastUsed = Number(reply[1]);
+  const results: LedgerResult[] = [];
+  for (let index = 0; index < admitted; index += 1) results.push({ ok: true, teamUsed: lastUsed - (admitted - 1 - index) * cost });
+  if (admitted < count) {
+    const refusal = toLedgerResult(reply.slice(2));
+    for (let index = admitted; index < count; index += 1) results.push(refusal);
+  }
+  return results;
+}
+
+function utcDayOf(epochMs: number): string {
+  return new Date(epochMs).toISOString().slice(0, 10);
+}
+
 export async function createRedisStore(options: RedisStoreOptions): Promise<Store> {
   const now = options.now ?? Date.now;
   const p = options.keyPrefix;
   const owner = PROCESS_OWNER_TAG;
-  const retentionSeconds = (days: string) =>
-    Math.max(60, Math.ceil((Date.parse(`${days}T00:00:00Z`) + (options.usageRetentionDays + 1) * 86_400_000 - now()) / 1000));
+  /** Seconds a day's counters live: until `usageRetentionDays` after the day ends (at least a minute). */
+  const retentionSeconds = (day: string) =>
+    Math.max(60, Math.ceil((Date.parse(`${day}T00:00:00Z`) + (options.usageRetentionDays + 1) * 86_400_000 - now()) / 1000));
 
   const redis = new Redis(options.url, {
     lazyConnect: true,
@@ -151,17 +187,6 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
     return keyFromHash(await redis.hgetall(`${p}key:${id}`));
   }
 
-  function admitArgs(op: Extract<LedgerOp, { type: 'reserve' | 'charge' }>): Array<string | number> {
-    const s = op.subject;
-    return [
-      s.cost,
-      s.teamDailyCredits,
-      s.keyDailyCap ?? '',
-      s.teamCreditsPerSecond ?? '',
-      op.nowMs,
-      retentionSeconds(s.day),
-    ];
-  }
 
   const store: Store = {
     async createTeam(team: NewTeam) {
@@ -273,22 +298,42 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
         tgReserve(...args: Array<string | number>): unknown;
         tgFinish(...args: Array<string | number>): unknown;
       };
-      for (const op of ops) {
+      // Each pipelined command answers `count` operations (consecutive identical charges share one).
+      const counts: number[] = [];
+      const ttlOfDay = new Map<string, number>();
+      const ttl = (day: string): number => {
+        let seconds = ttlOfDay.get(day);
+        if (seconds === undefined) ttlOfDay.set(day, (seconds = retentionSeconds(day)));
+        return seconds;
+      };
+      for (let index = 0; index < ops.length; index += 1) {
+        const op = ops[index]!;
         switch (op.type) {
           case 'peek':
             pipeline.get(`${p}used:team:${op.teamId}:${op.day}`);
+            counts.push(1);
             break;
           case 'charge': {
             const s = op.subject;
+            let count = 1;
+            while (index + count < ops.length && sameCharge(ops[index + count]!, s)) count += 1;
+            index += count - 1;
             pipeline.tgCharge(
               `${p}used:team:${s.teamId}:${s.day}`,
               `${p}used:key:${s.keyId}:${s.day}`,
               `${p}bucket:${s.teamId}`,
               `${p}usage:c:${s.teamId}:${s.day}`,
               `${p}usage:r:${s.teamId}:${s.day}`,
-              ...admitArgs(op),
+              s.cost,
+              s.teamDailyCredits,
+              s.keyDailyCap ?? '',
+              s.teamCreditsPerSecond ?? '',
+              op.nowMs,
+              ttl(s.day),
               `${s.keyId}\t${s.network}\t${s.method}`,
+              count,
             );
+            counts.push(count);
             break;
           }
           case 'reserve': {
@@ -299,7 +344,12 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
               `${p}bucket:${s.teamId}`,
               `${p}resv:${op.reservationId}`,
               `${p}reservations`,
-              ...admitArgs(op),
+              s.cost,
+              s.teamDailyCredits,
+              s.keyDailyCap ?? '',
+              s.teamCreditsPerSecond ?? '',
+              op.nowMs,
+              ttl(s.day),
               op.reservationId,
               s.teamId,
               s.keyId,
@@ -308,20 +358,26 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
               s.method,
               owner,
             );
+            counts.push(1);
             break;
           }
           case 'settle':
           case 'refund':
-            pipeline.tgFinish(`${p}resv:${op.reservationId}`, `${p}reservations`, p, op.reservationId, retentionSeconds(new Date(now()).toISOString().slice(0, 10)), op.type);
+            pipeline.tgFinish(`${p}resv:${op.reservationId}`, `${p}reservations`, p, op.reservationId, ttl(utcDayOf(now())), op.type);
+            counts.push(1);
             break;
         }
       }
       const replies = (await pipeline.exec()) ?? [];
-      return replies.map(([error, reply], index): LedgerResult => {
+      const results: LedgerResult[] = [];
+      replies.forEach(([error, reply], command) => {
         if (error) throw error;
-        if (ops[index]!.type === 'peek') return { ok: true, teamUsed: Number(reply ?? 0) };
-        return toLedgerResult(reply as unknown[]);
+        const op = ops[results.length]!;
+        if (op.type === 'peek') results.push({ ok: true, teamUsed: Number(reply ?? 0) });
+        else if (op.type === 'charge') results.push(...chargeResults(reply as unknown[], counts[command]!, op.subject.cost));
+        else results.push(toLedgerResult(reply as unknown[]));
       });
+      return results;
     },
     async usage(query) {
       const teamIds =
