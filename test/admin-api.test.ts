@@ -5,12 +5,11 @@
 // store), usage reports with exact credits after real traffic, the operational routes; and the
 // `tollgate` CLI verbs on a SQLite file.
 
-import { execFile, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashSecret } from '../src/auth/api-key.js';
 import { parseConfig } from '../src/config/load.js';
@@ -19,11 +18,10 @@ import { startGateway } from '../src/gateway.js';
 import { createLogger } from '../src/logging/logger.js';
 import { utcDay } from '../src/metering/meter.js';
 import { openStore, type Store } from '../src/store/index.js';
+import { CLI, ROOT, ensureBuilt } from './helpers/build.js';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
 import { startScriptedUpstream, type RpcItem, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const CLI = join(ROOT, 'dist', 'cli.js');
 /** Short, so that a change made behind the gateway's back shows within a test. */
 const KEY_CACHE_TTL_MS = 300;
 /** The upstream answers 500 for this hash: every upstream failed, nothing is charged. */
@@ -622,50 +620,6 @@ describe('secrets', () => {
 
 // ---------------------------------------------------------------------------------------------
 // The CLI: the same service on a SQLite file.
-
-function newestSourceMtime(dir: string): number {
-  let newest = 0;
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) newest = Math.max(newest, newestSourceMtime(path));
-    else if (entry.name.endsWith('.ts')) newest = Math.max(newest, statSync(path).mtimeMs);
-  }
-  return newest;
-}
-
-function distIsFresh(): boolean {
-  return existsSync(CLI) && statSync(CLI).mtimeMs >= newestSourceMtime(join(ROOT, 'src'));
-}
-
-/**
- * Builds dist/ when it is missing or older than src/. Test files run in parallel workers; a
- * directory lock keeps two of them from writing dist/ at once (a stale lock of a killed run is
- * broken after 3 minutes). tsc emits even when some other file has a type error.
- */
-async function ensureBuilt(): Promise<void> {
-  const lock = join(tmpdir(), 'tollgate-dist-build.lock');
-  const giveUpAt = Date.now() + 170_000;
-  while (!distIsFresh() && Date.now() < giveUpAt) {
-    try {
-      mkdirSync(lock);
-    } catch {
-      try {
-        if (Date.now() - statSync(lock).mtimeMs > 180_000) rmSync(lock, { recursive: true, force: true });
-      } catch {
-        // released meanwhile
-      }
-      await sleep(250);
-      continue;
-    }
-    try {
-      if (!distIsFresh()) spawnSync(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', '.'], { cwd: ROOT, encoding: 'utf8' });
-    } finally {
-      rmSync(lock, { recursive: true, force: true });
-    }
-    break; // src may change again while we build (others edit it); one build is enough
-  }
-  expect(existsSync(CLI), 'dist/cli.js (npm run build)').toBe(true);
-}
 
 describe('tollgate CLI (--db FILE)', () => {
   let dir: string;

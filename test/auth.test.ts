@@ -3,7 +3,6 @@
 // SQLite file that a gateway then serves from.
 
 import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashSecret } from '../src/auth/api-key.js';
 import { issueKey } from '../src/admin/key-issuer.js';
 import { openStore, type Store } from '../src/store/index.js';
+import { CLI, ensureBuilt } from './helpers/build.js';
 import { rpc, startTestGateway, type TestGateway } from './helpers/gateway.js';
 import { refusedUrl } from './helpers/scripted-upstream.js';
 
@@ -216,13 +216,12 @@ describe('logs', () => {
 });
 
 describe('admin CLI on a SQLite file, served by a gateway', () => {
-  const cli = join(process.cwd(), 'dist', 'cli.js');
+  const cli = CLI;
   let dir: string;
   let db: string;
 
   beforeAll(async () => {
-    if (!existsSync(cli)) await run('npx', ['tsc', '-p', '.'], { cwd: process.cwd() }).catch(() => undefined);
-    expect(existsSync(cli), 'dist/cli.js (npm run build)').toBe(true);
+    await ensureBuilt();
     dir = await mkdtemp(join(tmpdir(), 'tollgate-auth-'));
     db = join(dir, 't.db');
   }, 120_000);

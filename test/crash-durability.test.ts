@@ -7,19 +7,17 @@
 //     crash happens with exactly N answers sent and TOTAL − N reservations held;
 // (b) under load: many workers, a kill after ~1,000 answers, wherever the requests happen to be.
 
-import { execFile, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { Agent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { useSeededAnvil } from './helpers/anvil.js';
+import { CLI, ROOT, ensureBuilt } from './helpers/build.js';
 import { startScriptedUpstream, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const CLI = join(ROOT, 'dist', 'cli.js');
 const ADMIN_TOKEN = 'crash-test-admin-token-0123456789';
 const BLOCK_COST = 80;
 const CHAIN_ID_COST = 5;
@@ -35,50 +33,6 @@ const rpcCall = (method: string, params: unknown[], id: unknown) => JSON.stringi
 
 // ---------------------------------------------------------------------------------------------
 // dist/ and the CLI
-
-function newestSourceMtime(dir: string): number {
-  let newest = 0;
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) newest = Math.max(newest, newestSourceMtime(path));
-    else if (entry.name.endsWith('.ts')) newest = Math.max(newest, statSync(path).mtimeMs);
-  }
-  return newest;
-}
-
-function distIsFresh(): boolean {
-  return existsSync(CLI) && statSync(CLI).mtimeMs >= newestSourceMtime(join(ROOT, 'src'));
-}
-
-/**
- * Builds dist/ when it is missing or older than src/. Test files run in parallel workers; a
- * directory lock keeps two of them from writing dist/ at once (a stale lock of a killed run is
- * broken after 3 minutes). tsc emits even when some other file has a type error.
- */
-async function ensureBuilt(): Promise<void> {
-  const lock = join(tmpdir(), 'tollgate-dist-build.lock');
-  const giveUpAt = Date.now() + 170_000;
-  while (!distIsFresh() && Date.now() < giveUpAt) {
-    try {
-      mkdirSync(lock);
-    } catch {
-      try {
-        if (Date.now() - statSync(lock).mtimeMs > 180_000) rmSync(lock, { recursive: true, force: true });
-      } catch {
-        // released meanwhile
-      }
-      await sleep(250);
-      continue;
-    }
-    try {
-      if (!distIsFresh()) spawnSync(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', '.'], { cwd: ROOT, encoding: 'utf8' });
-    } finally {
-      rmSync(lock, { recursive: true, force: true });
-    }
-    break; // src may change again while we build (others edit it); one build is enough
-  }
-  expect(existsSync(CLI), 'dist/cli.js (npm run build)').toBe(true);
-}
 
 function tollgate(db: string, ...args: string[]): Promise<any> {
   return new Promise((resolve, reject) => {

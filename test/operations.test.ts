@@ -4,11 +4,10 @@
 // keeps serving, and requests in flight during a reload complete.
 
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Writable } from 'node:stream';
 import { stringify as toYaml } from 'yaml';
@@ -19,10 +18,9 @@ import { startGateway, type RunningGateway } from '../src/gateway.js';
 import { createLogger } from '../src/logging/logger.js';
 import { openStore, type Store } from '../src/store/index.js';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
+import { CLI, ROOT, ensureBuilt } from './helpers/build.js';
 import { startScriptedUpstream, type RpcItem, type ScriptedBehaviour, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const CLI = join(ROOT, 'dist', 'cli.js');
 const run = promisify(execFile);
 const ADMIN_TOKEN = 'ops-admin-token-0123456789abcdef';
 
@@ -150,23 +148,6 @@ interface GatewayProcess {
 }
 
 const children = new Set<ChildProcess>();
-
-function newestSourceMtime(dir: string): number {
-  let newest = 0;
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) newest = Math.max(newest, newestSourceMtime(path));
-    else if (entry.name.endsWith('.ts')) newest = Math.max(newest, statSync(path).mtimeMs);
-  }
-  return newest;
-}
-
-async function ensureBuilt(): Promise<void> {
-  if (existsSync(CLI) && statSync(CLI).mtimeMs >= newestSourceMtime(join(ROOT, 'src'))) return;
-  // tsc emits even when some file has a type error; the process below is what is under test.
-  await run(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', '.'], { cwd: ROOT }).catch(() => undefined);
-  if (!existsSync(CLI)) throw new Error('dist/cli.js is missing after `tsc -p .`');
-}
 
 /** A team and key in a fresh SQLite file, made with the CLI's admin verbs. */
 async function provision(dir: string): Promise<{ db: string; apiKey: string }> {

@@ -2,16 +2,14 @@
 // JSON line on stdout with everything needed to call both first-class methods, serves real
 // answers through the gateway, and takes anvil down with it on SIGTERM and SIGINT.
 
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { CLI, ROOT, ensureBuilt } from './helpers/build.js';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const CLI = join(ROOT, 'dist', 'cli.js');
 const DEVNET_KEYS = ['evmUrl', 'assetUrl', 'apiKey', 'evmUpstreamUrl', 'assetUpstreamUrl', 'collections'];
 const READY_TIMEOUT_MS = 30_000;
 const EXIT_TIMEOUT_MS = 10_000;
@@ -33,16 +31,6 @@ interface RunningDevnet {
   stdout(): string;
   stderr(): string;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-function newestMtime(dir: string): number {
-  let newest = 0;
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) newest = Math.max(newest, newestMtime(path));
-    else if (entry.name.endsWith('.ts')) newest = Math.max(newest, statSync(path).mtimeMs);
-  }
-  return newest;
 }
 
 const children = new Set<ChildProcess>();
@@ -113,7 +101,6 @@ function startDevnet(command: string, args: string[], options: { detached?: bool
 }
 
 // The body is whatever JSON came back; the assertions below are its type check.
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 async function call(url: string, method: string, params: unknown, id: unknown = 1): Promise<{ status: number; body: any }> {
   const res = await request(url, {
     method: 'POST',
@@ -180,12 +167,7 @@ function assertDevnetLine(info: DevnetInfo): void {
   for (const collection of info.collections) expect(collection).toMatch(/^[1-9A-HJ-NP-Za-km-z]{32,44}$/);
 }
 
-beforeAll(() => {
-  if (existsSync(CLI) && statSync(CLI).mtimeMs >= newestMtime(join(ROOT, 'src'))) return;
-  // tsc emits even when another file has a type error; the spawn below is what is under test.
-  const result = spawnSync(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', '.'], { cwd: ROOT, encoding: 'utf8' });
-  if (!existsSync(CLI)) throw new Error(`build failed:\n${result.stdout}\n${result.stderr}`);
-}, 120_000);
+beforeAll(ensureBuilt, 180_000);
 
 afterEach(async () => {
   // A failed test must not leave a devnet (and its anvil) running: ask politely, then insist.

@@ -8,9 +8,9 @@
 // Redis runs with an fsync-always append-only file here, so that what it acknowledged survives
 // the SIGKILL of the outage test and the ledger can be compared with the responses received.
 
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -19,11 +19,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { issueKey } from '../src/admin/key-issuer.js';
 import { openStore, type Store } from '../src/store/index.js';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN } from './helpers/gateway.js';
+import { CLI, ensureBuilt } from './helpers/build.js';
 import { useRedis } from './helpers/redis.js';
 import { refusedUrl, startScriptedUpstream, type RpcItem, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
-const ROOT = join(import.meta.dirname, '..');
-const CLI = join(ROOT, 'dist', 'cli.js');
 const COST = 80;
 const KEY_CACHE_TTL_MS = 500;
 const ADMIN_TOKEN = 'replica-admin-token-0123456789';
@@ -37,24 +36,6 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
 
 // ---------------------------------------------------------------------------------------------
 // Build and processes
-
-/** Newest modification time of any file under `dir`. */
-function newestMtime(dir: string): number {
-  let newest = 0;
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name);
-    newest = Math.max(newest, entry.isDirectory() ? newestMtime(path) : statSync(path).mtimeMs);
-  }
-  return newest;
-}
-
-/** `npm test` builds first; a bare `vitest run` of this file builds if dist/ is missing or older than src/. */
-function ensureBuilt(): void {
-  if (existsSync(CLI) && statSync(CLI).mtimeMs >= newestMtime(join(ROOT, 'src'))) return;
-  const build = spawnSync(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', ROOT], { encoding: 'utf8' });
-  // tsc emits despite type errors; only a missing CLI is fatal here (the typecheck is another job).
-  if (!existsSync(CLI)) throw new Error(`building dist/ failed:\n${build.stdout}${build.stderr}`);
-}
 
 interface GatewayProcess {
   child: ChildProcess;
@@ -240,7 +221,7 @@ let replicas: Replica[];
 const gatewayConfig = () => ({ driver: 'redis', url: redis.url, keyPrefix });
 
 beforeAll(async () => {
-  ensureBuilt();
+  await ensureBuilt();
   upstream = await startScriptedUpstream({ kind: 'result', result: blockFor, delayMs: 10 });
   store = await openStore({ driver: 'redis', url: redis.url, keyPrefix, usageRetentionDays: 35, commandTimeoutMs: 2_000, failOpen: false });
   const configFile = writeConfig('replica', gatewayConfig(), upstream.url);
