@@ -18,11 +18,43 @@ export interface Tally {
   add(amount: number, ...values: string[]): void;
 }
 
-function tallied<L extends string>(config: CounterConfiguration<L> & { labelNames: readonly L[] }): Tally {
-  type Entry = { labels: Partial<Record<L, string>>; pending: number };
+/**
+ * Finds (or creates) the entry of a series by its label values, one map level per label, so a
+ * lookup builds no string. Label sets here are few and bounded (see the module comment).
+ */
+function seriesTree<Entry>(create: (values: readonly string[]) => Entry): (values: readonly string[]) => Entry {
   type Level = Map<string, Level | Entry>;
   const root: Level = new Map();
+  return (values) => {
+    let level = root;
+    const last = values.length - 1;
+    for (let index = 0; index < last; index += 1) {
+      let next = level.get(values[index]!) as Level | undefined;
+      if (next === undefined) {
+        next = new Map();
+        level.set(values[index]!, next);
+      }
+      level = next;
+    }
+    let entry = level.get(values[last]!) as Entry | undefined;
+    if (entry === undefined) {
+      entry = create(values);
+      level.set(values[last]!, entry);
+    }
+    return entry;
+  };
+}
+
+function tallied<L extends string>(config: CounterConfiguration<L> & { labelNames: readonly L[] }): Tally {
+  type Entry = { labels: Partial<Record<L, string>>; pending: number };
   const entries: Entry[] = [];
+  const find = seriesTree((values): Entry => {
+    const labels: Partial<Record<L, string>> = {};
+    config.labelNames.forEach((name, index) => (labels[name] = values[index]));
+    const entry = { labels, pending: 0 };
+    entries.push(entry);
+    return entry;
+  });
   new Counter<L>({
     ...config,
     collect() {
@@ -35,24 +67,7 @@ function tallied<L extends string>(config: CounterConfiguration<L> & { labelName
   });
   return {
     add(amount, ...values) {
-      let level = root;
-      const last = values.length - 1;
-      for (let index = 0; index < last; index += 1) {
-        let next = level.get(values[index]!) as Level | undefined;
-        if (next === undefined) {
-          next = new Map();
-          level.set(values[index]!, next);
-        }
-        level = next;
-      }
-      let entry = level.get(values[last]!) as Entry | undefined;
-      if (entry === undefined) {
-        const labels: Partial<Record<L, string>> = {};
-        config.labelNames.forEach((name, index) => (labels[name] = values[index]));
-        entry = { labels, pending: 0 };
-        level.set(values[last]!, entry);
-        entries.push(entry);
-      }
+      const entry = find(values);
       entry.pending += amount;
     },
   };
@@ -70,10 +85,15 @@ export interface FastHistogram {
 
 function fastHistogram<L extends string>(config: { name: string; help: string; labelNames: readonly L[]; buckets: readonly number[]; registers: Registry[] }): FastHistogram {
   type Series = { labels: Record<string, string>; buckets: Float64Array; sum: number; count: number };
-  type Level = Map<string, Level | Series>;
-  const root: Level = new Map();
-  const series: Series[] = [];
   const bounds = [...config.buckets].sort((a, b) => a - b);
+  const series: Series[] = [];
+  const find = seriesTree((values): Series => {
+    const labels: Record<string, string> = {};
+    config.labelNames.forEach((name, index) => (labels[name] = values[index]!));
+    const entry = { labels, buckets: new Float64Array(bounds.length), sum: 0, count: 0 };
+    series.push(entry);
+    return entry;
+  });
   const metric = {
     name: config.name,
     help: config.help,
@@ -94,31 +114,17 @@ function fastHistogram<L extends string>(config: { name: string; help: string; l
       return { name: config.name, help: config.help, type: 'histogram' as const, values, aggregator: 'sum' as const };
     },
     reset() {
-      series.length = 0;
-      root.clear();
+      for (const entry of series) {
+        entry.buckets.fill(0);
+        entry.sum = 0;
+        entry.count = 0;
+      }
     },
   };
   for (const registry of config.registers) registry.registerMetric(metric as unknown as Parameters<Registry['registerMetric']>[0]);
   return {
     observe(value, ...values) {
-      let level = root;
-      const last = values.length - 1;
-      for (let index = 0; index < last; index += 1) {
-        let next = level.get(values[index]!) as Level | undefined;
-        if (next === undefined) {
-          next = new Map();
-          level.set(values[index]!, next);
-        }
-        level = next;
-      }
-      let entry = level.get(values[last]!) as Series | undefined;
-      if (entry === undefined) {
-        const labels: Record<string, string> = {};
-        config.labelNames.forEach((name, index) => (labels[name] = values[index]!));
-        entry = { labels, buckets: new Float64Array(bounds.length), sum: 0, count: 0 };
-        level.set(values[last]!, entry);
-        series.push(entry);
-      }
+      const entry = find(values);
       let bucket = 0;
       while (bucket < bounds.length && value > bounds[bucket]!) bucket += 1;
       if (bucket < bounds.length) entry.buckets[bucket]! += 1;

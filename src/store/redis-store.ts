@@ -306,6 +306,9 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
         if (seconds === undefined) ttlOfDay.set(day, (seconds = retentionSeconds(day)));
         return seconds;
       };
+      // The KEYS[1..3] and ARGV[1..6] of the scripts' shared admission (redis-scripts.ts).
+      const admissionKeys = (s: ChargeSubject) => [`${p}used:team:${s.teamId}:${s.day}`, `${p}used:key:${s.keyId}:${s.day}`, `${p}bucket:${s.teamId}`];
+      const admissionArgs = (s: ChargeSubject, nowMs: number) => [s.cost, s.teamDailyCredits, s.keyDailyCap ?? '', s.teamCreditsPerSecond ?? '', nowMs, ttl(s.day)];
       for (let index = 0; index < ops.length; index += 1) {
         const op = ops[index]!;
         switch (op.type) {
@@ -319,17 +322,10 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
             while (index + count < ops.length && sameCharge(ops[index + count]!, s)) count += 1;
             index += count - 1;
             pipeline.tgCharge(
-              `${p}used:team:${s.teamId}:${s.day}`,
-              `${p}used:key:${s.keyId}:${s.day}`,
-              `${p}bucket:${s.teamId}`,
+              ...admissionKeys(s),
               `${p}usage:c:${s.teamId}:${s.day}`,
               `${p}usage:r:${s.teamId}:${s.day}`,
-              s.cost,
-              s.teamDailyCredits,
-              s.keyDailyCap ?? '',
-              s.teamCreditsPerSecond ?? '',
-              op.nowMs,
-              ttl(s.day),
+              ...admissionArgs(s, op.nowMs),
               `${s.keyId}\t${s.network}\t${s.method}`,
               count,
             );
@@ -339,17 +335,10 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
           case 'reserve': {
             const s = op.subject;
             pipeline.tgReserve(
-              `${p}used:team:${s.teamId}:${s.day}`,
-              `${p}used:key:${s.keyId}:${s.day}`,
-              `${p}bucket:${s.teamId}`,
+              ...admissionKeys(s),
               `${p}resv:${op.reservationId}`,
               `${p}reservations`,
-              s.cost,
-              s.teamDailyCredits,
-              s.keyDailyCap ?? '',
-              s.teamCreditsPerSecond ?? '',
-              op.nowMs,
-              ttl(s.day),
+              ...admissionArgs(s, op.nowMs),
               op.reservationId,
               s.teamId,
               s.keyId,
