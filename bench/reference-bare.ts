@@ -11,7 +11,17 @@ import type { AddressInfo } from 'node:net';
 import { parseArgs } from 'node:util';
 import { request } from 'undici';
 
-const { values } = parseArgs({ options: { anvil: { type: 'string' }, hash: { type: 'string' }, port: { type: 'string' } } });
+const { values } = parseArgs({
+  options: {
+    anvil: { type: 'string' },
+    hash: { type: 'string' },
+    port: { type: 'string' },
+    // Also send the four headers the gateway's contract puts on every cache hit (DESIGN §2), with
+    // values of the same length: the ceiling for a server that must send them.
+    'gateway-headers': { type: 'boolean', default: false },
+  },
+});
+let requestCounter = 0;
 if (values.anvil === undefined || values.hash === undefined) throw new Error('usage: reference-bare.ts --anvil URL --hash 0x…');
 
 async function fetchResult(url: string, hash: string, hydrated: boolean): Promise<Buffer> {
@@ -63,7 +73,14 @@ const server = createServer((req, res) => {
       reply(parsed, out);
     }
     const body = Buffer.concat(out);
-    res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length });
+    const headers: Record<string, string | number> = { 'content-type': 'application/json', 'content-length': body.length };
+    if (values['gateway-headers']) {
+      headers['x-request-id'] = `a1b2c3d4e5f6-${(requestCounter++).toString(36)}`;
+      headers['x-credits-cost'] = '80';
+      headers['x-credits-remaining'] = '999999999920';
+      headers['x-cache'] = 'hit';
+    }
+    res.writeHead(200, headers);
     res.end(body);
   });
 });

@@ -65,6 +65,7 @@ function positiveEnv(name: string): number | undefined {
 
 const DURATION_S = positiveEnv('BENCH_DURATION') ?? (flags.quick ? 3 : 10);
 const REDIS_SCENARIO = 'cache hit, hydrated=false, Redis store';
+const HEADERS_SCENARIO = 'cache hit, hydrated=false, reference sends the same headers';
 
 function selected(scenario: string): boolean {
   return flags.only === undefined || scenario.includes(flags.only);
@@ -475,7 +476,7 @@ function report(rows: Measured[], checks: Check[], facts: { data: string; starte
   lines.push(
     `- Gateway: \`node dist/cli.js serve\` as its own process; SQLite store (WAL, temp dir) with metering on (every call charged); ` +
       `cache \`maxBytes\` ${CACHE_MAX_BYTES / MIB} MiB; \`TOLLGATE_LOG_LEVEL=warn\` (no per-request log line) unless the row says \`info\`; ` +
-      'its log goes to a file. Team and key made with `tollgate teams create` / `keys create`.',
+      'its log goes to a file. Team and key made with `tollgate teams create` / `keys create`. The Redis-store row is a fourth gateway on a local `redis-server` (no persistence), with the team and key copied by `tollgate migrate`.',
   );
   lines.push(`- Data: ${facts.data}`);
   lines.push(
@@ -580,8 +581,8 @@ async function startRedis(): Promise<{ url: string; child: ChildProcess }> {
 async function main(): Promise<void> {
   const startedAt = new Date();
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npm run build\` first (npm run bench does)`);
-  // 7 scenario pairs (2 warm-ups + 2 × duration each) and one gateway-only row, plus start-up.
-  const budgetMs = (7 * (2 * WARMUP_S + 2 * DURATION_S) + WARMUP_S + DURATION_S) * 1000 + 90_000;
+  // 8 scenario pairs (2 warm-ups + 2 × duration each) and one gateway-only row, plus start-up.
+  const budgetMs = (8 * (2 * WARMUP_S + 2 * DURATION_S) + WARMUP_S + DURATION_S) * 1000 + 90_000;
   const watchdog = setTimeout(() => {
     process.stderr.write(`bench: still running after ${Math.round(budgetMs / 1000)} s, giving up\n`);
     killChildren();
@@ -600,11 +601,12 @@ async function main(): Promise<void> {
       anvil = await startAnvil();
       const seed = await seedAnvil(anvil.url, { blocks: 1, txPerBlock: TRANSACTIONS_PER_BLOCK });
       const hash = seed.blocksWithTransactions[0]!;
-      const [bare, proxy] = await Promise.all([
+      const [bare, bareWithHeaders, proxy] = await Promise.all([
         startTsProcess<{ port: number }>('reference-bare.ts', ['--anvil', anvil.url, '--hash', hash]),
+        startTsProcess<{ port: number }>('reference-bare.ts', ['--anvil', anvil.url, '--hash', hash, '--gateway-headers']),
         startTsProcess<{ port: number }>('reference-proxy.ts', ['--upstream', anvil.url]),
       ]);
-      return { anvilUrl: anvil.url, hash, bare, proxy };
+      return { anvilUrl: anvil.url, hash, bare, bareWithHeaders, proxy };
     })(),
     startTsProcess<{ url: string; groupValue: string; size: number }>('sample-das-process.ts', []),
     (async () => {
@@ -613,7 +615,7 @@ async function main(): Promise<void> {
       return (JSON.parse(await runCli(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { secret: string }).secret;
     })(),
   ]);
-  const { hash, bare, proxy } = chain;
+  const { hash, bare, bareWithHeaders, proxy } = chain;
   const bareUrl = `http://127.0.0.1:${bare.info.port}/`;
   const proxyUrl = `http://127.0.0.1:${proxy.info.port}/`;
   const bareTarget = (name: string, body: string): Target => ({ name, url: bareUrl, body, pid: bare.child.pid });
@@ -660,6 +662,13 @@ async function main(): Promise<void> {
     await sameAnswer(`cache hit hydrated=${hydrated}`, eth(cached), bareUrl, body, 'hit');
     rows.push(...(await comparePair(`cache hit, hydrated=${hydrated}`, bareTarget('bare node:http, same bytes', body), gatewayTarget(cached, body))));
   }
+  if (selected(HEADERS_SCENARIO)) {
+    // Informational (no target): the same hit against a bare server that also sends the four
+    // response headers the contract requires, to show what they cost on their own.
+    const body = blockBody(hash, false);
+    const reference: Target = { name: 'bare node:http, same bytes and headers', url: `http://127.0.0.1:${bareWithHeaders.info.port}/`, body, pid: bareWithHeaders.child.pid };
+    rows.push(...(await comparePair(HEADERS_SCENARIO, reference, gatewayTarget(cached, body))));
+  }
   if (selected(`batch of ${BATCH_ITEMS} cache hits`)) {
     const body = batchBody(hash);
     await sameAnswer('batch', eth(cached), bareUrl, body);
@@ -693,7 +702,7 @@ async function main(): Promise<void> {
   if (flags.only !== undefined) {
     await stopRedis();
     console.log(`\n${rows.map((row) => `${row.scenario} | ${row.target} | ${Math.round(row.requestsPerSecond)} req/s | p99 ${row.p99} ms | ${row.cpuUsPerRequest === undefined ? '?' : Math.round(row.cpuUsPerRequest)} µs/req | RSS ${mib(row.rss ?? 0)} MiB`).join('\n')}`);
-    await Promise.all([cached.stop(), uncached.stop(), logged.stop(), stopChild(bare.child), stopChild(proxy.child), stopChild(das.child)]);
+    await Promise.all([cached.stop(), uncached.stop(), logged.stop(), stopChild(bare.child), stopChild(bareWithHeaders.child), stopChild(proxy.child), stopChild(das.child)]);
     await anvil!.stop();
     clearTimeout(watchdog);
     return;
@@ -744,7 +753,7 @@ async function main(): Promise<void> {
   });
 
   await stopRedis();
-  await Promise.all([cached.stop(), uncached.stop(), logged.stop(), stopChild(bare.child), stopChild(proxy.child), stopChild(das.child)]);
+  await Promise.all([cached.stop(), uncached.stop(), logged.stop(), stopChild(bare.child), stopChild(bareWithHeaders.child), stopChild(proxy.child), stopChild(das.child)]);
   await anvil!.stop();
   anvil = undefined;
 
