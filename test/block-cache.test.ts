@@ -4,11 +4,10 @@
 // not the one asked for. Real gateways and scripted upstreams on loopback, real anvil for the
 // hydrated → non-hydrated mapping, and the byte-bounded LRU on its own.
 
-import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createBlockCache } from '../src/cache/block-cache.js';
 import { utcDay } from '../src/metering/meter.js';
-import { useSeededAnvil } from './helpers/anvil.js';
+import { directRpc, useSeededAnvil } from './helpers/anvil.js';
 import { rpc, startTestGateway, type TestGateway } from './helpers/gateway.js';
 import { startScriptedUpstream, type BehaviourFn, type ScriptedBehaviour, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
@@ -72,16 +71,7 @@ async function teamSpend(tg: TestGateway): Promise<number> {
   return result!.teamUsed;
 }
 
-async function anvilCall(method: string, params: unknown[]): Promise<unknown> {
-  const res = await request(anvil.node.url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
-  });
-  const body = (await res.body.json()) as { result?: unknown; error?: unknown };
-  if (body.error !== undefined) throw new Error(`${method}: ${JSON.stringify(body.error)}`);
-  return body.result;
-}
+const anvilCall = (method: string, params: unknown[]): Promise<unknown> => directRpc(anvil.node.url, method, params);
 
 describe('cache hits', () => {
   it('a second identical call never reaches the upstream: X-Cache miss, then hit with the same result', async () => {

@@ -2,9 +2,8 @@
 // answer is exactly anvil's, the hash is canonicalised to lower case on the way upstream, and
 // malformed params are rejected with -32602 naming the argument, without reaching the upstream.
 
-import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { useSeededAnvil } from './helpers/anvil.js';
+import { directRpc, useSeededAnvil } from './helpers/anvil.js';
 import { rpc, startTestGateway, type TestGateway } from './helpers/gateway.js';
 import { startScriptedUpstream, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
@@ -29,16 +28,7 @@ afterAll(async () => {
   await proxy?.close();
 });
 
-async function direct(method: string, params: unknown[]): Promise<unknown> {
-  const res = await request(anvil.node.url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
-  });
-  const body = (await res.body.json()) as { result?: unknown; error?: unknown };
-  if (body.error !== undefined) throw new Error(`${method}: ${JSON.stringify(body.error)}`);
-  return body.result;
-}
+const direct = (method: string, params: unknown[]): Promise<unknown> => directRpc(anvil.node.url, method, params);
 
 function blockHash(index: number): string {
   const hash = anvil.seed.blocksWithTransactions[index];

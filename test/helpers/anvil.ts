@@ -2,6 +2,7 @@
 
 import { afterAll, beforeAll } from 'vitest';
 import { seedAnvil, startAnvil, type AnvilNode, type AnvilOptions, type SeedOptions, type SeedResult } from '../../src/devnet/anvil.js';
+import { request } from 'undici';
 
 export interface SeededAnvil {
   node: AnvilNode;
@@ -42,4 +43,16 @@ export function useSeededAnvil(options: AnvilOptions = {}, seedOptions: SeedOpti
       return get().seed;
     },
   };
+}
+
+/** One JSON-RPC call straight to a node (no gateway in between); throws on a JSON-RPC error. */
+export async function directRpc(url: string, method: string, params: unknown[]): Promise<unknown> {
+  const res = await request(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
+  });
+  const body = (await res.body.json()) as { result?: unknown; error?: unknown };
+  if (body.error !== undefined) throw new Error(`${method}: ${JSON.stringify(body.error)}`);
+  return body.result;
 }
