@@ -5,7 +5,6 @@
  */
 export interface SingleFlight<T> {
   run(key: string, execute: () => Promise<T>, deadline: number, onTimeout: () => T): Promise<T>;
-  inFlight(): number;
 }
 
 export function createSingleFlight<T>(now: () => number = Date.now): SingleFlight<T> {
@@ -34,6 +33,5 @@ export function createSingleFlight<T>(now: () => number = Date.now): SingleFligh
         );
       });
     },
-    inFlight: () => calls.size,
   };
 }

@@ -67,7 +67,6 @@ export interface MethodTable {
   /** Validates params and prices the call; throws `TG_ERR_METHOD_NOT_FOUND` / param errors. */
   prepare(method: string, params: unknown): PreparedCall;
   has(method: string): boolean;
-  costOf(method: string): number | undefined;
 }
 
 /** The methods one network offers, built once per config (re)load. */
@@ -88,7 +87,6 @@ export function createMethodTable(network: NetworkConfig): MethodTable {
       return entry.prepare(params, entry.cost);
     },
     has: (method) => entries.has(method),
-    costOf: (method) => entries.get(method)?.cost,
   };
 }
 

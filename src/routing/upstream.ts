@@ -142,10 +142,6 @@ export class Upstream {
     return this.pool.close();
   }
 
-  /** Closes at once, failing whatever is still in flight. */
-  destroy(): Promise<void> {
-    return this.pool.destroy();
-  }
 }
 
 /**

@@ -49,7 +49,7 @@ interface RedisWithScripts extends Redis {
 }
 
 /** The URL without credentials, for error messages. */
-export function redactRedisUrl(url: string): string {
+function redactRedisUrl(url: string): string {
   try {
     const parsed = new URL(url);
     if (parsed.password !== '' || parsed.username !== '') {

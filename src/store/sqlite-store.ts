@@ -174,7 +174,7 @@ export interface SqliteStoreOptions {
   now?: () => number;
 }
 
-export function openSqliteDatabase(path: string): Database.Database {
+function openSqliteDatabase(path: string): Database.Database {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
