@@ -49,6 +49,8 @@ export interface RunningGateway {
 /** How often reservations older than `credits.staleReservationMs` (or of dead processes) are looked for. */
 const RESERVATION_SWEEP_INTERVAL_MS = 15_000;
 const STORE_ERROR_LOG_INTERVAL_MS = 5_000;
+/** How often the SQLite store's WAL is checkpointed off the event loop (sqlite-checkpointer.ts). */
+const WAL_CHECKPOINT_INTERVAL_MS = 250;
 
 function listen(server: Server, port: number, host: string): Promise<AddressInfo> {
   return new Promise((resolve, reject) => {
@@ -78,7 +80,15 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   const now = options.now ?? Date.now;
   const logger = options.logger ?? createLogger({ secrets: [...collectConfigSecrets(config), ...(config.admin.token ? [config.admin.token] : [])] });
   const ownsStore = options.store === undefined;
-  const store = options.store ?? (await openStore(config.store, { now }));
+  const store =
+    options.store ??
+    (await openStore(config.store, {
+      now,
+      backgroundCheckpoints: {
+        intervalMs: WAL_CHECKPOINT_INTERVAL_MS,
+        onError: (error) => logger.error({ err: error }, 'the SQLite checkpoint thread failed; checkpoints run in the commits again'),
+      },
+    }));
   const metrics = createMetrics();
   const recordRequest = createRequestRecorder(metrics);
 

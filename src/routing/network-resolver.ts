@@ -64,18 +64,28 @@ export function createNetworkResolver<N>(entries: ReadonlyArray<{ baseUrl: strin
       b.prefix.length - a.prefix.length,
   );
 
-  // Clients call the same URL over and over: remember recent answers (bounded; emptied when full).
-  const recent = new Map<string, ResolveResult<N>>();
+  // Clients call the same URL over and over: remember recent answers, by host then path (two
+  // lookups of the strings as they came, rather than hashing a new concatenation per request).
+  // Bounded: emptied when full.
+  const recent = new Map<string, Map<string, ResolveResult<N>>>();
+  let recentSize = 0;
   const RECENT_MAX = 10_000;
 
   return {
     resolve(hostHeader, rawPath) {
-      const memoKey = `${hostHeader ?? ''} ${rawPath}`;
-      let result = recent.get(memoKey);
+      const host = hostHeader ?? '';
+      let byPath = recent.get(host);
+      let result = byPath?.get(rawPath);
       if (result === undefined) {
         result = resolveUncached(hostHeader, rawPath);
-        if (recent.size >= RECENT_MAX) recent.clear();
-        recent.set(memoKey, result);
+        if (recentSize >= RECENT_MAX) {
+          recent.clear();
+          recentSize = 0;
+          byPath = undefined;
+        }
+        if (byPath === undefined) recent.set(host, (byPath = new Map()));
+        byPath.set(rawPath, result);
+        recentSize += 1;
       }
       return result;
     },

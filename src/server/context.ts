@@ -33,15 +33,25 @@ export interface RequestContext {
 }
 
 export function createRequestContext(requestId: string): RequestContext {
+  // Every field is present from the start, so every context has one hidden class: adding them
+  // stage by stage would reshape each object several times per request.
   return {
     requestId,
     startedAt: performance.now(),
+    networkId: undefined,
+    teamId: undefined,
+    keyId: undefined,
     methods: [],
+    batchSize: undefined,
     httpStatus: 200,
     creditsCharged: 0,
+    teamUsed: undefined,
+    cache: undefined,
+    upstream: undefined,
     attempts: [],
     calls: [],
     charges: [],
     creditRejections: [],
+    errorCode: undefined,
   };
 }

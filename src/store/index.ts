@@ -1,5 +1,5 @@
 import type { StoreConfig } from '../config/schema.js';
-import { createSqliteStore } from './sqlite-store.js';
+import { createSqliteStore, type SqliteStoreOptions } from './sqlite-store.js';
 import { createRedisStore } from './redis-store.js';
 import type { Store } from './types.js';
 
@@ -22,17 +22,20 @@ export type {
 export { StoreConflictError } from './types.js';
 
 /** Opens the store the config names; the only place that knows which drivers exist. */
-export async function openStore(config: StoreConfig, options: { now?: () => number } = {}): Promise<Store> {
+export async function openStore(
+  config: StoreConfig,
+  options: { now?: () => number; backgroundCheckpoints?: SqliteStoreOptions['backgroundCheckpoints'] } = {},
+): Promise<Store> {
   switch (config.driver) {
     case 'sqlite':
-      return createSqliteStore({ path: config.path, ...options });
+      return createSqliteStore({ path: config.path, now: options.now, backgroundCheckpoints: options.backgroundCheckpoints });
     case 'redis':
       return createRedisStore({
         url: config.url,
         keyPrefix: config.keyPrefix,
         usageRetentionDays: config.usageRetentionDays,
         commandTimeoutMs: config.commandTimeoutMs,
-        ...options,
+        now: options.now,
       });
   }
 }

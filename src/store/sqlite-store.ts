@@ -2,6 +2,7 @@ import Database from 'better-sqlite3';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { newId } from './ids.js';
+import { startSqliteCheckpointer, type SqliteCheckpointer } from './sqlite-checkpointer.js';
 import { isLocalOwnerDead, PROCESS_OWNER_TAG } from './owner.js';
 import { createThroughputLimiter } from './throughput.js';
 import {
@@ -167,11 +168,20 @@ function toKey(row: KeyRow): ApiKey {
 }
 
 const KEY_COLUMNS = 'id, team_id, label, daily_cap, allowed_networks, expires_at, revoked_at, created_at';
+/** SQLite's own `wal_autocheckpoint` default. */
+const SQLITE_DEFAULT_AUTOCHECKPOINT_PAGES = 1000;
+
 const TEAM_COLUMNS = 'id, name, daily_credits, credits_per_second, created_at';
 
 export interface SqliteStoreOptions {
   path: string;
   now?: () => number;
+  /**
+   * For a long-running server: checkpoint the WAL on a worker thread every `intervalMs` instead of
+   * inside the commit that fills it (see sqlite-checkpointer.ts). `onError` hears of a failed
+   * thread; automatic checkpoints are then turned back on.
+   */
+  backgroundCheckpoints?: { intervalMs: number; onError: (error: Error) => void };
 }
 
 function openSqliteDatabase(path: string): Database.Database {
@@ -189,6 +199,18 @@ function openSqliteDatabase(path: string): Database.Database {
 export function createSqliteStore(options: SqliteStoreOptions): Store {
   const db = openSqliteDatabase(options.path);
   const now = options.now ?? Date.now;
+  let checkpointer: SqliteCheckpointer | undefined;
+  if (options.backgroundCheckpoints !== undefined && options.path !== ':memory:') {
+    const { intervalMs, onError } = options.backgroundCheckpoints;
+    db.pragma('wal_autocheckpoint = 0');
+    checkpointer = startSqliteCheckpointer(options.path, {
+      intervalMs,
+      onError: (error) => {
+        if (db.open) db.pragma(`wal_autocheckpoint = ${SQLITE_DEFAULT_AUTOCHECKPOINT_PAGES}`);
+        onError(error);
+      },
+    });
+  }
   const owner = PROCESS_OWNER_TAG;
   const throughput = createThroughputLimiter();
   const statements = {
@@ -593,6 +615,7 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
       db.prepare('SELECT 1').get();
     },
     async close() {
+      await checkpointer?.stop();
       db.close();
     },
   };
