@@ -35,10 +35,13 @@ const server = createServer((req, res) => {
         answer.body.on('error', () => res.destroy());
         answer.body.on('end', () => {
           const body = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
-          res.writeHead(answer.statusCode, {
-            'content-type': String(answer.headers['content-type'] ?? 'application/json'),
-            'content-length': body.length,
-          });
+          // A flat header list, the fastest form (see reference-bare.ts).
+          res.writeHead(answer.statusCode, [
+            'content-type',
+            String(answer.headers['content-type'] ?? 'application/json'),
+            'content-length',
+            String(body.length),
+          ]);
           res.end(body);
         });
       },

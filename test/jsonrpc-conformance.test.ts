@@ -1,6 +1,7 @@
 // JSON-RPC 2.0 and HTTP conformance of the RPC listener (DESIGN §2), over real HTTP on loopback
 // against a scripted upstream that records every call it receives.
 
+import { connect } from 'node:net';
 import { Readable } from 'node:stream';
 import { request } from 'undici';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -269,6 +270,48 @@ describe('HTTP layer', () => {
   it('a well-formed incoming X-Request-Id is kept', async () => {
     const r = await rpc(url, call(1, 'eth_chainId'), { headers: { 'x-request-id': 'trace-abc.123' } });
     expect(r.headers.get('x-request-id')).toBe('trace-abc.123');
+  });
+
+  /**
+   * One request written byte for byte (header names exactly as given, repeats kept), as HTTP
+   * clients other than Node's may send it; resolves with the status and the response headers.
+   */
+  function rawPost(target: string, headerLines: string[], body: string): Promise<{ status: number; headers: Map<string, string> }> {
+    const { hostname, port, pathname } = new URL(target);
+    return new Promise((resolve, reject) => {
+      const socket = connect(Number(port), hostname, () => {
+        socket.write(`POST ${pathname} HTTP/1.1\r\n${headerLines.map((line) => `${line}\r\n`).join('')}Connection: close\r\n\r\n${body}`);
+      });
+      let text = '';
+      socket.setEncoding('utf8').on('data', (chunk: string) => (text += chunk));
+      socket.once('error', reject);
+      socket.once('end', () => {
+        const [head = ''] = text.split('\r\n\r\n', 1);
+        const [statusLine = '', ...lines] = head.split('\r\n');
+        const headers = new Map(lines.map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]));
+        resolve({ status: Number(statusLine.split(' ')[1]), headers });
+      });
+    });
+  }
+
+  it('reads header names in any case, and the first Content-Type when it is repeated', async () => {
+    const body = JSON.stringify(call(1, 'eth_chainId'));
+    const mixedCase = await rawPost(url, ['HOST: 127.0.0.1', 'Content-TYPE: application/json', `CONTENT-LENGTH: ${body.length}`, 'X-Request-ID: Mixed.Case-1'], body);
+    expect(mixedCase.status).toBe(200);
+    expect(mixedCase.headers.get('x-request-id')).toBe('Mixed.Case-1');
+    const jsonFirst = await rawPost(url, ['Host: 127.0.0.1', 'Content-Type: application/json', 'Content-Type: text/plain', `Content-Length: ${body.length}`], body);
+    expect(jsonFirst.status).toBe(200);
+    const plainFirst = await rawPost(url, ['Host: 127.0.0.1', 'Content-Type: text/plain', 'Content-Type: application/json', `Content-Length: ${body.length}`], body);
+    expect(plainFirst.status).toBe(415);
+  });
+
+  it('a repeated X-Request-Id is not kept: the response gets an id of its own', async () => {
+    const body = JSON.stringify(call(1, 'eth_chainId'));
+    const r = await rawPost(url, ['Host: 127.0.0.1', 'Content-Type: application/json', `Content-Length: ${body.length}`, 'X-Request-Id: first', 'x-request-id: second'], body);
+    expect(r.status).toBe(200);
+    const id = r.headers.get('x-request-id');
+    expect(id).toMatch(/^[A-Za-z0-9._:-]{1,128}$/);
+    expect(['first', 'second', 'first, second']).not.toContain(id);
   });
 });
 

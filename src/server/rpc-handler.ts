@@ -6,6 +6,7 @@ import { checkNetworkAllowed, type Authenticator } from '../auth/authenticator.j
 import type { GatewayConfig } from '../config/schema.js';
 import { redactKeyPath, type Logger } from '../logging/logger.js';
 import { createRequestContext, type RequestContext } from './context.js';
+import { BodyTooLargeError, readBody } from './request-reader.js';
 import type { CallExecutor } from './call-executor.js';
 import type { Meter } from '../metering/meter.js';
 import { utcDay } from '../metering/meter.js';
@@ -48,57 +49,6 @@ function headerList(headers: Readonly<Record<string, string>> | undefined): stri
 }
 
 const REQUEST_ID_HEADER = /^[A-Za-z0-9._:-]{1,128}$/;
-
-class BodyTooLargeError extends Error {}
-
-/**
- * Reads the whole body. Plain listeners rather than `for await`: the stream's async iterator
- * costs a few microseconds per request, which shows on the cache-hit path (docs/benchmarks.md).
- */
-function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer> {
-  const declared = Number(req.headers['content-length']);
-  if (Number.isFinite(declared) && declared > maxBytes) return Promise.reject(new BodyTooLargeError());
-  // The client may have gone while the key was being looked up: no event would come any more.
-  if (req.destroyed) return Promise.reject(new Error('request closed before its body was read'));
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const onData = (chunk: Buffer): void => {
-      size += chunk.length;
-      if (size > maxBytes) {
-        stop();
-        req.resume(); // discard the rest; the 413 reply closes the connection
-        reject(new BodyTooLargeError());
-        return;
-      }
-      chunks.push(chunk);
-    };
-    // On success the listeners are left on the finished stream (it is discarded with the request);
-    // 'close' still comes after 'end', so it must not build an Error (a stack trace) needlessly.
-    let ended = false;
-    const onEnd = (): void => {
-      ended = true;
-      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
-    };
-    const onError = (error: Error): void => {
-      stop();
-      reject(error);
-    };
-    const onClose = (): void => {
-      if (!ended) onError(new Error('request closed before its body was read'));
-    };
-    const stop = (): void => {
-      req.off('data', onData);
-      req.off('end', onEnd);
-      req.off('error', onError);
-      req.off('close', onClose);
-    };
-    req.on('data', onData);
-    req.on('end', onEnd);
-    req.on('error', onError);
-    req.on('close', onClose);
-  });
-}
 
 function isJsonContentType(header: string | undefined): boolean {
   if (header === undefined) return false;
@@ -279,8 +229,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
 
   return (req, res) => {
     const incomingId = req.headers['x-request-id'];
-    const requestId =
-      typeof incomingId === 'string' && REQUEST_ID_HEADER.test(incomingId) ? incomingId : requestIdPrefix + (requestCounter++).toString(36);
+    const requestId = typeof incomingId === 'string' && REQUEST_ID_HEADER.test(incomingId) ? incomingId : requestIdPrefix + (requestCounter++).toString(36);
     const ctx = createRequestContext(requestId);
     const networks = deps.acquireNetworks();
     handle(req, res, ctx, networks).then(
