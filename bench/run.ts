@@ -607,7 +607,7 @@ misses), so absolute numbers say little about a production host: **the ratios to
 are what matter**. Each server (gateway, references, anvil, the sample DAS server) is its own
 process, so each one's CPU time and RSS are its own.
 
-Reproduce with \`npm run bench\` (\`-- --quick\` for 3 s runs; \`BENCH_DURATION\` and
+Reproduce with \`npm run bench\`, about 9 minutes (\`-- --quick\`: 3 pairs of rounds, 5 s warm-up; \`BENCH_DURATION\` (pairs) and
 \`BENCH_CONNECTIONS\` override the defaults; \`-- --profile\` keeps a CPU profile of each gateway
 process). The section between the markers below is rewritten by every run; the rest of this
 file is not.
