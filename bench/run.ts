@@ -16,7 +16,7 @@
 // generator's own CPU use, which shows when the client rather than the server sets the pace.
 //
 //   npm run bench                      # 50 connections, 20 pairs of 1 s rounds per scenario (+2 s warm-up)
-//   npm run bench -- --quick           # 3 s
+//   npm run bench -- --quick           # 3 pairs, 5 s warm-up
 //   BENCH_DURATION=20 BENCH_CONNECTIONS=100 npm run bench
 //   npm run bench -- --profile         # also write a .cpuprofile per gateway process (bench/profile-summary.ts)
 //   npm run bench -- --quick --only "hit, hydrated=false"   # one scenario, printed, not written
