@@ -169,21 +169,28 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
 
   // Each request holds the network set it started on. A set replaced by a reload is closed only
   // once the last request that started on it is done, so a request in flight keeps the pools of
-  // the upstreams it has not tried yet (failover).
-  const requestsBySet = new Map<NetworkSet, number>();
-  const retiredSets = new Set<NetworkSet>();
+  // the upstreams it has not tried yet (failover). Plain counters rather than a map lookup and a
+  // gauge update per request (both on the cache-hit path); the gauge is set when scraped.
+  let requestsInFlight = 0;
+  /** Requests in flight that started on the current `networks`. */
+  let requestsOnCurrentSet = 0;
+  /** Sets replaced by a reload, with their requests still in flight. */
+  const retiredSets = new Map<NetworkSet, number>();
   const acquireNetworks = (): NetworkSet => {
-    const set = networks;
-    requestsBySet.set(set, (requestsBySet.get(set) ?? 0) + 1);
-    metrics.inFlight.inc();
-    return set;
+    requestsInFlight += 1;
+    requestsOnCurrentSet += 1;
+    return networks;
   };
   const releaseNetworks = (set: NetworkSet): void => {
-    metrics.inFlight.dec();
-    const left = (requestsBySet.get(set) ?? 1) - 1;
-    if (left > 0) return void requestsBySet.set(set, left);
-    requestsBySet.delete(set);
-    if (retiredSets.delete(set)) void set.close();
+    requestsInFlight -= 1;
+    if (set === networks) {
+      requestsOnCurrentSet -= 1;
+      return;
+    }
+    const left = (retiredSets.get(set) ?? 1) - 1;
+    if (left > 0) return void retiredSets.set(set, left);
+    retiredSets.delete(set);
+    void set.close();
   };
 
   async function reload(): Promise<void> {
@@ -207,8 +214,9 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     metrics.configReloads.inc({ result: 'ok' });
     logger.info({ networks: [...networks.byId.keys()] }, 'config reloaded: networks, upstreams and costs');
     // Requests already running hold the previous set; its pools close once they finish.
-    if (requestsBySet.has(previous)) retiredSets.add(previous);
+    if (requestsOnCurrentSet > 0) retiredSets.set(previous, requestsOnCurrentSet);
     else void previous.close();
+    requestsOnCurrentSet = 0;
   }
 
   async function readiness(): Promise<{ ready: boolean; checks: Record<string, unknown> }> {
@@ -241,6 +249,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
         const stats = cache.stats();
         metrics.cacheBytes.set(stats.bytes);
         metrics.cacheEntries.set(stats.entries);
+        metrics.inFlight.set(requestsInFlight);
         metrics.upstreamHealthy.reset();
         for (const [networkId, runtime] of networks.byId) {
           for (const upstream of runtime.forwarder.upstreams) {
@@ -286,7 +295,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
       await closeServer(adminServer);
       await meter.flush();
       meter.close();
-      const sets = [networks, ...retiredSets];
+      const sets = [networks, ...retiredSets.keys()];
       retiredSets.clear();
       await Promise.all(sets.map((set) => set.close()));
       if (ownsStore) await store.close();

@@ -94,6 +94,23 @@ describe('eth_getBlockByHash through the gateway', () => {
     expect(forwardedParams()).not.toContainEqual([upper, false]);
   });
 
+  it('treats a hash with a single upper-case digit, at either end, as the same block', async () => {
+    const hash = blockHash(3);
+    const expected = await direct('eth_getBlockByHash', [hash, false]);
+    const letters = [...hash.matchAll(/[a-f]/g)].map((match) => match.index);
+    const first = letters[0]!;
+    const last = letters[letters.length - 1]!;
+    expect(first).toBeGreaterThanOrEqual(2);
+    const upperAt = (index: number) => hash.slice(0, index) + hash[index]!.toUpperCase() + hash.slice(index + 1);
+    const before = proxy.calls.length;
+    for (const [id, variant] of [hash, upperAt(first), upperAt(last)].entries()) {
+      const res = await rpc(url, { jsonrpc: '2.0', id, method: 'eth_getBlockByHash', params: [variant, false] });
+      expect(res.body).toEqual({ jsonrpc: '2.0', id, result: expected });
+      expect(res.headers.get('x-cache')).toBe(id === 0 ? 'miss' : 'hit');
+    }
+    expect(proxy.calls.length - before).toBe(1);
+  });
+
   describe('invalid params get -32602 and never reach the upstream', () => {
     const good = `0x${'12'.repeat(32)}`;
     const cases: Array<{ name: string; params: unknown; message: RegExp }> = [
@@ -101,6 +118,10 @@ describe('eth_getBlockByHash through the gateway', () => {
       { name: 'hash too long', params: [`0x${'a'.repeat(66)}`, false], message: /^invalid argument 0/ },
       { name: 'hash without 0x', params: ['a'.repeat(64), false], message: /^invalid argument 0/ },
       { name: 'hash with non-hex digits', params: [`0x${'g'.repeat(64)}`, false], message: /^invalid argument 0/ },
+      // The characters on either side of each hex range, at the last digit, and an upper-case X.
+      ...['/', ':', '@', 'G', '`', 'g'].map((char) => ({ name: `hash ending in "${char}"`, params: [`0x${'1'.repeat(63)}${char}`, false], message: /^invalid argument 0/ })),
+      { name: 'hash with 0X', params: [`0X${'a'.repeat(64)}`, false], message: /^invalid argument 0/ },
+      { name: 'hash with a non-ASCII digit', params: [`0x${'a'.repeat(63)}\u0661`, false], message: /^invalid argument 0/ },
       { name: 'hash as a number', params: [12345, false], message: /^invalid argument 0/ },
       { name: 'hash null', params: [null, false], message: /^invalid argument 0/ },
       { name: 'no params at all (empty array)', params: [], message: /^invalid argument 0/ },

@@ -4,8 +4,8 @@
 import { connect } from 'node:net';
 import { Readable } from 'node:stream';
 import { request } from 'undici';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { rpc, startTestGateway, type TestGateway } from './helpers/gateway.js';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
 import { startScriptedUpstream, type RpcItem, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
 const HASH = `0x${'ab'.repeat(32)}`;
@@ -303,6 +303,35 @@ describe('HTTP layer', () => {
     expect(jsonFirst.status).toBe(200);
     const plainFirst = await rawPost(url, ['Host: 127.0.0.1', 'Content-Type: text/plain', 'Content-Type: application/json', `Content-Length: ${body.length}`], body);
     expect(plainFirst.status).toBe(415);
+  });
+
+  it('a client that leaves in the middle of its body is not answered, charged or forwarded, and is logged as 499', async () => {
+    const body = JSON.stringify(call(1, 'eth_getBlockByHash', [freshHash(), false]));
+    const before = await rpc(url, call(2, 'eth_chainId'));
+    const remainingBefore = Number(before.headers.get('x-credits-remaining')) - 5; // after the next eth_chainId
+    const callsBefore = upstream.calls.length;
+    const { hostname, port, pathname } = new URL(url);
+    const requestId = 'left-mid-body';
+    await new Promise<void>((resolve, reject) => {
+      const socket = connect(Number(port), hostname, () => {
+        socket.write(`POST ${pathname} HTTP/1.1\r\nHost: ${hostname}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nX-Request-Id: ${requestId}\r\n\r\n`);
+        socket.write(body.slice(0, 20));
+        // Long enough for the gateway to authenticate the key and start reading the body.
+        setTimeout(() => socket.destroy(), 200);
+      });
+      socket.once('error', reject);
+      socket.once('close', () => resolve());
+    });
+    const logged = () => tg.logLines.map((line) => JSON.parse(line) as Record<string, unknown>).find((line) => line.requestId === requestId);
+    await vi.waitFor(() => expect(logged()).toBeDefined(), { timeout: 5_000 });
+    expect(logged()).toMatchObject({ msg: 'request', status: 499, credits: 0 });
+    expect(tg.logLines.some((line) => line.includes('request failed unexpectedly'))).toBe(false);
+    expect(upstream.calls.length).toBe(callsBefore);
+    const after = await rpc(url, call(3, 'eth_chainId'));
+    expect(after.status).toBe(200);
+    expect(Number(after.headers.get('x-credits-remaining'))).toBe(remainingBefore);
+    const metrics = await (await fetch(`${tg.gateway.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } })).text();
+    expect(metrics).toMatch(/^tollgate_requests_total\{network="evm",method="none",outcome="client_closed",status="499"\} 1$/m);
   });
 
   it('a repeated X-Request-Id is not kept: the response gets an id of its own', async () => {

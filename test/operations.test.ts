@@ -494,14 +494,21 @@ describe('POST /v1/reload', () => {
     const tg = await startReloadable([evmNetwork([{ id: 'slow', url: slow.url }])]);
     gateways.push(tg);
 
+    const inFlightGauge = async () => {
+      const text = await (await fetch(`${tg.gateway.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).text();
+      return Number(/^tollgate_requests_in_flight (\d+)$/m.exec(text)?.[1]);
+    };
     const hash = freshHash();
     const inFlight = rpc(tg.url, getBlock(hash, 'during-reload'));
     await until(() => slow.calls.length === 1, 'the upstream call');
+    expect(await inFlightGauge()).toBe(1);
     writeFileSync(tg.configPath, networksYaml([evmNetwork([{ id: 'slow', url: slow.url }], { eth_getBlockByHash: 40 })]));
     expect((await tg.reload()).status).toBe(200);
+    expect(await inFlightGauge()).toBe(1); // still counted while it runs on the retired config
 
     const response = await inFlight;
     expect(response.status).toBe(200);
+    expect(await inFlightGauge()).toBe(0);
     expect(response.body).toEqual({ jsonrpc: '2.0', id: 'during-reload', result: { hash, number: '0x2a', transactions: [] } });
     // Priced when it started.
     expect(response.headers.get('x-credits-cost')).toBe('80');

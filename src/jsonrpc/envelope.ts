@@ -69,29 +69,49 @@ export function errorReply(id: JsonRpcId, error: GatewayError): Reply {
 
 const RESULT_SUFFIX = Buffer.from('}');
 
-/** Serialises replies into buffers to concatenate; a batch is wrapped in `[...]` by the caller. */
-export function serialiseReply(reply: Reply, chunks: Buffer[]): void {
-  const id = JSON.stringify(reply.id);
+/** `{"jsonrpc":"2.0","id":<id>,` — everything of a reply before its `result` or `error` member. */
+function replyHead(id: JsonRpcId): string {
+  return `{"jsonrpc":"2.0","id":${typeof id === 'number' ? String(id) : JSON.stringify(id)},`;
+}
+
+/** Serialises one reply into buffers to concatenate (a batch item). */
+function pushReply(reply: Reply, chunks: Buffer[]): void {
   if ('result' in reply) {
-    chunks.push(Buffer.from(`{"jsonrpc":"2.0","id":${id},"result":`));
+    chunks.push(Buffer.from(`${replyHead(reply.id)}"result":`));
     chunks.push(typeof reply.result === 'string' ? Buffer.from(reply.result) : reply.result);
     chunks.push(RESULT_SUFFIX);
   } else {
-    chunks.push(Buffer.from(`{"jsonrpc":"2.0","id":${id},"error":${JSON.stringify(reply.error)}}`));
+    chunks.push(Buffer.from(`${replyHead(reply.id)}"error":${JSON.stringify(reply.error)}}`));
   }
+}
+
+/**
+ * The body of a single (non-batch) response. Result bytes are copied once, straight into the
+ * body: this is every cache hit's response.
+ */
+export function serialiseReply(reply: Reply): Buffer {
+  if (!('result' in reply)) return Buffer.from(`${replyHead(reply.id)}"error":${JSON.stringify(reply.error)}}`);
+  const head = `${replyHead(reply.id)}"result":`;
+  if (typeof reply.result === 'string') return Buffer.from(`${head}${reply.result}}`);
+  const headBytes = Buffer.byteLength(head);
+  const body = Buffer.allocUnsafe(headBytes + reply.result.length + 1);
+  body.write(head, 0);
+  reply.result.copy(body, headBytes);
+  body[body.length - 1] = 0x7d; // }
+  return body;
 }
 
 const BATCH_OPEN = Buffer.from('[');
 const BATCH_SEPARATOR = Buffer.from(',');
 const BATCH_CLOSE = Buffer.from(']');
 
-export function serialiseReplies(replies: readonly Reply[], asBatch: boolean): Buffer {
-  const chunks: Buffer[] = [];
-  if (asBatch) chunks.push(BATCH_OPEN);
+/** The body of a batch response: the replies in `[...]`. */
+export function serialiseBatch(replies: readonly Reply[]): Buffer {
+  const chunks: Buffer[] = [BATCH_OPEN];
   replies.forEach((reply, index) => {
-    if (asBatch && index > 0) chunks.push(BATCH_SEPARATOR);
-    serialiseReply(reply, chunks);
+    if (index > 0) chunks.push(BATCH_SEPARATOR);
+    pushReply(reply, chunks);
   });
-  if (asBatch) chunks.push(BATCH_CLOSE);
+  chunks.push(BATCH_CLOSE);
   return Buffer.concat(chunks);
 }

@@ -7,6 +7,8 @@ export interface BlockByHashQuery {
 }
 
 const BLOCK_HASH = /^0x[0-9a-fA-F]{64}$/;
+/** What nearly every client sends: a hash already in lower case needs no `toLowerCase()` copy. */
+const LOWER_CASE_BLOCK_HASH = /^0x[0-9a-f]{64}$/;
 
 function invalidArgument(index: number, message: string): GatewayError {
   return new GatewayError('TG_ERR_INVALID_PARAMS', `invalid argument ${index}: ${message}`);
@@ -19,14 +21,15 @@ export function parseBlockByHashParams(params: unknown): BlockByHashQuery {
   if (params.length > 2) {
     throw new GatewayError('TG_ERR_INVALID_PARAMS', `too many arguments, want at most 2, got ${params.length}`);
   }
-  const [hash, hydrated] = params;
+  const hash: unknown = params[0];
+  const hydrated: unknown = params[1];
   if (hash === undefined) throw invalidArgument(0, 'missing value for required argument blockHash');
-  if (typeof hash !== 'string' || !BLOCK_HASH.test(hash)) {
-    throw invalidArgument(0, 'blockHash must be 0x followed by 64 hex digits');
-  }
+  if (typeof hash !== 'string') throw invalidArgument(0, 'blockHash must be 0x followed by 64 hex digits');
+  const canonical = LOWER_CASE_BLOCK_HASH.test(hash) ? hash : BLOCK_HASH.test(hash) ? hash.toLowerCase() : undefined;
+  if (canonical === undefined) throw invalidArgument(0, 'blockHash must be 0x followed by 64 hex digits');
   if (hydrated === undefined) throw invalidArgument(1, 'missing value for required argument hydrated');
   if (typeof hydrated !== 'boolean') throw invalidArgument(1, 'hydrated must be a boolean');
-  return { hash: hash.toLowerCase(), hydrated };
+  return { hash: canonical, hydrated };
 }
 
 /**

@@ -1,5 +1,13 @@
-import type { RequestContext } from '../server/context.js';
+import { CLIENT_CLOSED_REQUEST, type RequestContext } from '../server/context.js';
 import type { GatewayMetrics } from './metrics.js';
+
+/** The `status` label of the statuses seen so far: the same few strings for every request. */
+const statusLabels = new Map<number, string>();
+function statusLabel(status: number): string {
+  let label = statusLabels.get(status);
+  if (label === undefined) statusLabels.set(status, (label = String(status)));
+  return label;
+}
 
 /** Turns a finished request's context into metric updates. */
 export function createRequestRecorder(metrics: GatewayMetrics): (ctx: RequestContext) => void {
@@ -8,10 +16,15 @@ export function createRequestRecorder(metrics: GatewayMetrics): (ctx: RequestCon
 
   return (ctx) => {
     const network = ctx.networkId ?? 'none';
-    const status = String(ctx.httpStatus);
+    const status = statusLabel(ctx.httpStatus);
     if (ctx.calls.length === 0) {
       // Rejected as a whole (404, 401, 415, parse error...) or notifications only.
-      const outcome = ctx.errorCode === undefined ? 'no_reply' : ctx.errorCode.slice('TG_ERR_'.length).toLowerCase();
+      const outcome =
+        ctx.errorCode !== undefined
+          ? ctx.errorCode.slice('TG_ERR_'.length).toLowerCase()
+          : ctx.httpStatus === CLIENT_CLOSED_REQUEST
+            ? 'client_closed'
+            : 'no_reply';
       requests.add(1, network, 'none', outcome, status);
     }
     for (const call of ctx.calls) requests.add(1, network, call.method, call.outcome, status);

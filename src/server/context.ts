@@ -32,6 +32,9 @@ export interface RequestContext {
   errorCode?: GatewayErrorCode;
 }
 
+/** The status logged and counted for a request whose client left before sending its body (nginx's 499). */
+export const CLIENT_CLOSED_REQUEST = 499;
+
 export function createRequestContext(requestId: string): RequestContext {
   // Every field is present from the start, so every context has one hidden class: adding them
   // stage by stage would reshape each object several times per request.

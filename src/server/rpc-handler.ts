@@ -1,12 +1,12 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { GatewayError, toHttpStatus } from '../errors.js';
-import { errorReply, parseBody, serialiseReplies, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
+import { errorReply, parseBody, serialiseBatch, serialiseReply, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
 import { checkNetworkAllowed, type Authenticator } from '../auth/authenticator.js';
 import type { GatewayConfig } from '../config/schema.js';
 import { redactKeyPath, type Logger } from '../logging/logger.js';
-import { createRequestContext, type RequestContext } from './context.js';
-import { BodyTooLargeError, readBody } from './request-reader.js';
+import { CLIENT_CLOSED_REQUEST, createRequestContext, type RequestContext } from './context.js';
+import { BodyTooLargeError, readBody, RequestClosedError } from './request-reader.js';
 import type { CallExecutor } from './call-executor.js';
 import type { Meter } from '../metering/meter.js';
 import { utcDay } from '../metering/meter.js';
@@ -75,7 +75,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
 
   function reject(res: ServerResponse, ctx: RequestContext, error: GatewayError, id: Reply['id'] = null): void {
     ctx.errorCode = error.code;
-    send(res, ctx, toHttpStatus(error), serialiseReplies([errorReply(id, error)], false), headerList(error.headers));
+    send(res, ctx, toHttpStatus(error), serialiseReply(errorReply(id, error)), headerList(error.headers));
   }
 
   /** X-Credits-Cost and X-Credits-Remaining for an authenticated request (the team's balance after it). */
@@ -95,9 +95,15 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
     return ['x-credits-cost', String(ctx.creditsCharged), 'x-credits-remaining', String(Math.max(0, auth.team.dailyCredits - teamUsed))];
   }
 
-  async function handle(req: IncomingMessage, res: ServerResponse, ctx: RequestContext, networks: NetworkSet): Promise<void> {
+  async function handle(
+    req: IncomingMessage,
+    headers: IncomingHttpHeaders,
+    res: ServerResponse,
+    ctx: RequestContext,
+    networks: NetworkSet,
+  ): Promise<void> {
     // Resolve the network from Host + path; nothing in the body takes part.
-    const resolved = networks.resolver.resolve(req.headers.host, req.url ?? '/');
+    const resolved = networks.resolver.resolve(headers.host, req.url ?? '/');
     if (resolved.kind === 'not-found') return reject(res, ctx, new GatewayError('TG_ERR_NOT_FOUND', resolved.reason));
     const network: NetworkRuntime = resolved.kind === 'found' ? resolved.value.network : resolved.network;
     ctx.networkId = network.config.id;
@@ -107,7 +113,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
     if (resolved.kind === 'missing-key' || resolved.value.apiKey === undefined) {
       return reject(res, ctx, new GatewayError('TG_ERR_MISSING_KEY'));
     }
-    if (!isJsonContentType(req.headers['content-type'])) {
+    if (!isJsonContentType(headers['content-type'])) {
       return reject(res, ctx, new GatewayError('TG_ERR_MEDIA_TYPE'));
     }
 
@@ -130,11 +136,16 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
 
     let body: Buffer;
     try {
-      body = await readBody(req, serverConfig.maxBodyBytes);
+      body = await readBody(req, serverConfig.maxBodyBytes, headers['content-length']);
     } catch (error) {
       if (error instanceof BodyTooLargeError) {
         res.setHeader('connection', 'close');
         return rejectWithCredits(new GatewayError('TG_ERR_BODY_TOO_LARGE', `request body larger than ${serverConfig.maxBodyBytes} bytes`));
+      }
+      if (error instanceof RequestClosedError) {
+        // Nothing was executed or charged and no one is left to answer: logged and counted as 499.
+        ctx.httpStatus = CLIENT_CLOSED_REQUEST;
+        return;
       }
       throw error;
     }
@@ -144,38 +155,47 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
 
     // The injected clock, like every deadline check downstream (forwarder, single-flight).
     const deadline = deps.now() + network.config.requestTimeoutMs;
-    const items = parsed.kind === 'single' ? [parsed.item] : parsed.items;
-    if (parsed.kind === 'batch') ctx.batchSize = items.length;
-    for (const item of items) if (item.kind !== 'invalid') ctx.methods.push(item.method);
+    if (parsed.kind === 'single') {
+      // Its own path, without the batch's arrays and closures: every cache hit comes this way.
+      const { item } = parsed;
+      if (item.kind !== 'invalid') ctx.methods.push(item.method);
+      const reply = await executeItem(item, network, auth, ctx, deadline);
+      if (reply !== undefined) recordCall(item, reply, network, ctx);
+      const credits = creditHeaders(auth, ctx);
+      const responseHeaders = credits instanceof Promise ? await credits : credits;
+      if (reply === undefined) return send(res, ctx, 204, undefined, responseHeaders); // a notification
+      let status = 200;
+      if ('error' in reply && reply.gatewayError !== undefined) {
+        ctx.errorCode = reply.gatewayError.code;
+        status = toHttpStatus(reply.gatewayError);
+        responseHeaders.push(...headerList(reply.gatewayError.headers));
+      }
+      if (ctx.cache !== undefined) responseHeaders.push('x-cache', ctx.cache);
+      return send(res, ctx, status, serialiseReply(reply), responseHeaders);
+    }
 
-    // A single call is awaited directly: Promise.all over one item only adds allocations.
-    const replies =
-      parsed.kind === 'single'
-        ? [await executeItem(parsed.item, network, auth, ctx, deadline)]
-        : await Promise.all(items.map((item) => executeItem(item, network, auth, ctx, deadline)));
+    const { items } = parsed;
+    ctx.batchSize = items.length;
+    for (const item of items) if (item.kind !== 'invalid') ctx.methods.push(item.method);
+    const replies = await Promise.all(items.map((item) => executeItem(item, network, auth, ctx, deadline)));
     const answered: Reply[] = [];
     items.forEach((item, index) => {
       const reply = replies[index];
       if (reply === undefined) return;
       answered.push(reply);
-      const method = item.kind === 'call' && network.methods.has(item.method) ? item.method : 'other';
-      ctx.calls.push({ method, outcome: outcomeOf(reply) });
+      recordCall(item, reply, network, ctx);
     });
     const credits = creditHeaders(auth, ctx);
-    const headers = credits instanceof Promise ? await credits : credits;
-    if (answered.length === 0) return send(res, ctx, 204, undefined, headers); // notifications only
+    const responseHeaders = credits instanceof Promise ? await credits : credits;
+    // Batch responses are 200 whatever their items say (DESIGN §2); notifications only: 204.
+    if (answered.length === 0) return send(res, ctx, 204, undefined, responseHeaders);
+    send(res, ctx, 200, serialiseBatch(answered), responseHeaders);
+  }
 
-    let status = 200;
-    if (parsed.kind === 'single') {
-      const reply = answered[0]!;
-      if ('error' in reply && reply.gatewayError !== undefined) {
-        ctx.errorCode = reply.gatewayError.code;
-        status = toHttpStatus(reply.gatewayError);
-        headers.push(...headerList(reply.gatewayError.headers));
-      }
-      if (ctx.cache !== undefined) headers.push('x-cache', ctx.cache);
-    }
-    send(res, ctx, status, serialiseReplies(answered, parsed.kind === 'batch'), headers);
+  /** The method label (`other` if not offered) and outcome of one answered call, for metrics. */
+  function recordCall(item: RequestItem, reply: Reply, network: NetworkRuntime, ctx: RequestContext): void {
+    const method = item.kind === 'call' && network.methods.has(item.method) ? item.method : 'other';
+    ctx.calls.push({ method, outcome: outcomeOf(reply) });
   }
 
   function executeItem(
@@ -227,11 +247,13 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
   }
 
   return (req, res) => {
-    const incomingId = req.headers['x-request-id'];
+    // `req.headers` is a getter with a cost: read once, passed along.
+    const headers = req.headers;
+    const incomingId = headers['x-request-id'];
     const requestId = typeof incomingId === 'string' && REQUEST_ID_HEADER.test(incomingId) ? incomingId : requestIdPrefix + (requestCounter++).toString(36);
     const ctx = createRequestContext(requestId);
     const networks = deps.acquireNetworks();
-    handle(req, res, ctx, networks).then(
+    handle(req, headers, res, ctx, networks).then(
       () => finish(req, ctx, networks),
       (error: unknown) => {
         if (error instanceof GatewayError) {
