@@ -400,9 +400,36 @@ describe('createBlockCache (byte-bounded LRU)', () => {
     expect(JSON.parse(cache.get('net', hash, true)!.toString())).toEqual(hydrated);
     expect(JSON.parse(cache.get('net', hash, false)!.toString())).toEqual({ ...hydrated, transactions: [`0x${'01'.repeat(32)}`, `0x${'02'.repeat(32)}`] });
 
+    // The derived form is an entry of its own, counted in entries and bytes.
+    expect(cache.stats().entries).toBe(2);
+
     // The other way round does not hold: hashes cannot become transactions.
     const hashOnly = hashOf(8);
     cache.set('net', hashOnly, false, Buffer.from(JSON.stringify({ hash: hashOnly, transactions: [] })));
     expect(cache.get('net', hashOnly, true)).toBeUndefined();
+  });
+
+  it('keeps one hash on two networks apart, and evicts all forms of a hash together', () => {
+    const hash = hashOf(9);
+    const onNet = blockBytes(hash);
+    const onFork = Buffer.from(JSON.stringify({ hash, extraData: '0xf0', transactions: [] }));
+    const bytesOf = (forms: Buffer[]) => forms.reduce((sum, bytes) => sum + bytes.length + 160, hash.length);
+    const cache = createBlockCache({ maxBytes: bytesOf([onNet, onFork]) + 10 });
+    cache.set('net', hash, false, onNet);
+    cache.set('fork', hash, false, onFork);
+    expect(cache.get('net', hash, false)?.equals(onNet)).toBe(true);
+    expect(cache.get('fork', hash, false)?.equals(onFork)).toBe(true);
+    expect(cache.stats()).toMatchObject({ entries: 2, bytes: bytesOf([onNet, onFork]), evictions: 0 });
+    // Storing a form again replaces it: the size follows.
+    const smaller = Buffer.from(JSON.stringify({ hash, transactions: [] }));
+    cache.set('fork', hash, false, smaller);
+    expect(cache.get('fork', hash, false)?.equals(smaller)).toBe(true);
+    expect(cache.stats()).toMatchObject({ entries: 2, bytes: bytesOf([onNet, smaller]) });
+    // Another block needs the room: both forms of the least recently used hash go.
+    const other = hashOf(10);
+    cache.set('net', other, false, blockBytes(other));
+    expect(cache.get('net', hash, false)).toBeUndefined();
+    expect(cache.get('fork', hash, false)).toBeUndefined();
+    expect(cache.stats()).toMatchObject({ entries: 1, evictions: 2 });
   });
 });

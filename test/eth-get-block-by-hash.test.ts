@@ -95,7 +95,7 @@ describe('eth_getBlockByHash through the gateway', () => {
   });
 
   it('treats a hash with a single upper-case digit, at either end, as the same block', async () => {
-    const hash = blockHash(3);
+    const hash = blockHash(4);
     const expected = await direct('eth_getBlockByHash', [hash, false]);
     const letters = [...hash.matchAll(/[a-f]/g)].map((match) => match.index);
     const first = letters[0]!;

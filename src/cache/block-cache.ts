@@ -21,11 +21,25 @@ export interface BlockCache {
   stats(): BlockCacheStats;
 }
 
-/** Per-entry bookkeeping of lru-cache and the key string, counted against the byte bound. */
+/** Per-form bookkeeping (the form record, lru-cache's slot, the key), counted against the byte bound. */
 const ENTRY_OVERHEAD_BYTES = 160;
 
-function cacheKey(network: string, hash: string, hydrated: boolean): string {
-  return `${network}|${hash}|${hydrated ? 'full' : 'hashes'}`;
+/** One cached answer: the result bytes for a network and hydrated flag. */
+interface BlockForm {
+  network: string;
+  hydrated: boolean;
+  bytes: Buffer;
+}
+
+function findForm(forms: readonly BlockForm[], network: string, hydrated: boolean): BlockForm | undefined {
+  for (const form of forms) if (form.hydrated === hydrated && form.network === network) return form;
+  return undefined;
+}
+
+function formsSize(forms: readonly BlockForm[], hash: string): number {
+  let size = hash.length;
+  for (const form of forms) size += form.bytes.length + ENTRY_OVERHEAD_BYTES;
+  return size;
 }
 
 /** A hydrated block with its transactions replaced by their hashes: the non-hydrated form. */
@@ -44,32 +58,47 @@ function dehydrate(hydratedBytes: Buffer): Buffer | undefined {
 
 export function createBlockCache(options: { maxBytes: number; onEvict?: () => void }): BlockCache {
   let evictions = 0;
-  const lru = new LRUCache<string, Buffer>({
+  let formCount = 0;
+  // Keyed by the (lower-case) block hash alone, holding that hash's forms: usually one or two.
+  // A key joining network, hash and flag cost a concatenation, its flattening and the hashing of
+  // the longer string on every lookup, cache hits included.
+  const lru = new LRUCache<string, readonly BlockForm[]>({
     maxSize: options.maxBytes,
-    sizeCalculation: (value, key) => value.length + key.length + ENTRY_OVERHEAD_BYTES,
-    dispose: (_value, _key, reason) => {
+    sizeCalculation: formsSize,
+    // Also called with 'set' when a hash's forms are replaced by a new array (see store()).
+    dispose: (forms, _hash, reason) => {
+      formCount -= forms.length;
       if (reason === 'evict') {
-        evictions += 1;
-        options.onEvict?.();
+        evictions += forms.length;
+        for (let index = 0; index < forms.length; index += 1) options.onEvict?.();
       }
     },
   });
 
+  function store(network: string, hash: string, hydrated: boolean, bytes: Buffer): void {
+    const form: BlockForm = { network, hydrated, bytes };
+    const current = lru.get(hash) ?? [];
+    // A new array every time: lru-cache recomputes an entry's size only when its value changes.
+    const forms = [...current.filter((other) => other.network !== network || other.hydrated !== hydrated), form];
+    // An entry larger than the whole cache is refused by lru-cache; that is the right outcome.
+    lru.set(hash, forms);
+    if (lru.has(hash)) formCount += forms.length;
+  }
+
   return {
     get(network, hash, hydrated) {
-      const exact = lru.get(cacheKey(network, hash, hydrated));
-      if (exact !== undefined || hydrated) return exact;
-      const full = lru.get(cacheKey(network, hash, true));
+      const forms = lru.get(hash);
+      if (forms === undefined) return undefined;
+      const exact = findForm(forms, network, hydrated);
+      if (exact !== undefined || hydrated) return exact?.bytes;
+      const full = findForm(forms, network, true);
       if (full === undefined) return undefined;
-      const derived = dehydrate(full);
-      if (derived !== undefined) lru.set(cacheKey(network, hash, false), derived);
+      const derived = dehydrate(full.bytes);
+      if (derived !== undefined) store(network, hash, false, derived);
       return derived;
     },
-    set(network, hash, hydrated, resultBytes) {
-      // An entry larger than the whole cache is refused by lru-cache; that is the right outcome.
-      lru.set(cacheKey(network, hash, hydrated), resultBytes);
-    },
-    stats: () => ({ entries: lru.size, bytes: lru.calculatedSize, maxBytes: options.maxBytes, evictions }),
+    set: store,
+    stats: () => ({ entries: formCount, bytes: lru.calculatedSize, maxBytes: options.maxBytes, evictions }),
   };
 }
 

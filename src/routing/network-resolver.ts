@@ -70,9 +70,16 @@ export function createNetworkResolver<N>(entries: ReadonlyArray<{ baseUrl: strin
   const recent = new Map<string, Map<string, ResolveResult<N>>>();
   let recentSize = 0;
   const RECENT_MAX = 10_000;
+  // Under load, request after request carries the same Host and URL (one API key per client
+  // application). Two string comparisons answer those; the maps would hash both strings anew,
+  // as every request's header strings are new ones.
+  let lastHost: string | undefined;
+  let lastPath: string | undefined;
+  let lastResult: ResolveResult<N> | undefined;
 
   return {
     resolve(hostHeader, rawPath) {
+      if (lastResult !== undefined && rawPath === lastPath && hostHeader === lastHost) return lastResult;
       const host = hostHeader ?? '';
       let byPath = recent.get(host);
       let result = byPath?.get(rawPath);
@@ -87,6 +94,9 @@ export function createNetworkResolver<N>(entries: ReadonlyArray<{ baseUrl: strin
         byPath.set(rawPath, result);
         recentSize += 1;
       }
+      lastHost = hostHeader;
+      lastPath = rawPath;
+      lastResult = result;
       return result;
     },
   };
