@@ -171,18 +171,20 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   // once the last request that started on it is done, so a request in flight keeps the pools of
   // the upstreams it has not tried yet (failover). Plain counters rather than a map lookup and a
   // gauge update per request (both on the cache-hit path); the gauge is set when scraped.
-  let requestsInFlight = 0;
   /** Requests in flight that started on the current `networks`. */
   let requestsOnCurrentSet = 0;
   /** Sets replaced by a reload, with their requests still in flight. */
   const retiredSets = new Map<NetworkSet, number>();
+  const requestsInFlight = (): number => {
+    let count = requestsOnCurrentSet;
+    for (const left of retiredSets.values()) count += left;
+    return count;
+  };
   const acquireNetworks = (): NetworkSet => {
-    requestsInFlight += 1;
     requestsOnCurrentSet += 1;
     return networks;
   };
   const releaseNetworks = (set: NetworkSet): void => {
-    requestsInFlight -= 1;
     if (set === networks) {
       requestsOnCurrentSet -= 1;
       return;
@@ -249,7 +251,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
         const stats = cache.stats();
         metrics.cacheBytes.set(stats.bytes);
         metrics.cacheEntries.set(stats.entries);
-        metrics.inFlight.set(requestsInFlight);
+        metrics.inFlight.set(requestsInFlight());
         metrics.upstreamHealthy.reset();
         for (const [networkId, runtime] of networks.byId) {
           for (const upstream of runtime.forwarder.upstreams) {

@@ -28,8 +28,9 @@ interface BodyRead {
 const BODY_READ = Symbol('tollgate.bodyRead');
 type ReadingRequest = IncomingMessage & { [BODY_READ]?: BodyRead };
 
-// The stream's listeners are shared functions that find their read on the request (`this`):
-// four closures per request, and V8's first-call set-up of each, showed in instruction counts.
+// The stream's listeners are shared functions that find their read on the request (`this`): a
+// closure per listener per request, and V8's first-call set-up of each, showed in instruction
+// counts.
 function onBodyData(this: ReadingRequest, chunk: Buffer): void {
   const read = this[BODY_READ]!;
   read.size += chunk.length;
