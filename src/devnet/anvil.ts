@@ -19,6 +19,8 @@ export interface AnvilOptions {
   chainId?: number;
   /** How long to wait for the node to answer `eth_chainId`, in ms; default 20 000. */
   startupTimeoutMs?: number;
+  /** anvil's `--hardfork` (`berlin`, `london`, `shanghai`, `cancun`, `prague`, …); default: anvil's latest. */
+  hardfork?: string;
 }
 
 export interface AnvilNode {
@@ -200,6 +202,7 @@ export async function startAnvil(options: AnvilOptions = {}): Promise<AnvilNode>
   // follow are drained into a small tail buffer.
   const args = ['--host', host, '--port', String(requestedPort), '--chain-id', String(chainId)];
   if (options.blockTime !== undefined) args.push('--block-time', String(options.blockTime));
+  if (options.hardfork !== undefined) args.push('--hardfork', options.hardfork);
 
   const cmd = resolveAnvilCommand();
   const child = spawn(cmd.command, [...cmd.prefixArgs, ...args], {
