@@ -10,6 +10,7 @@ import { createLogger, type Logger } from './logging/logger.js';
 import { createMeter } from './metering/meter.js';
 import { createRequestRecorder } from './metrics/record.js';
 import { createMetrics } from './metrics/metrics.js';
+import { recordUpstreamState } from './metrics/upstream-state.js';
 import { createCallExecutor } from './server/call-executor.js';
 import { buildNetworkSet, type NetworkSet } from './server/network-runtime.js';
 import { createRpcHandler } from './server/rpc-handler.js';
@@ -117,10 +118,15 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   const buildNetworks = (source: GatewayConfig): NetworkSet =>
     buildNetworkSet(source, {
       now,
-      observe: (network, upstream, outcome) => {
-        const label = outcome.kind === 'failure' ? outcome.reason : outcome.kind === 'result' ? 'result' : 'rpc_error';
-        metrics.upstreamRequests.add(1, network, upstream, label);
-        metrics.upstreamDuration.observe(outcome.durationMs / 1000, network, upstream);
+      observe: {
+        attempt(network, upstream, outcome) {
+          const label = outcome.kind === 'failure' ? outcome.reason : outcome.kind === 'result' ? 'result' : 'rpc_error';
+          metrics.upstreamRequests.add(1, network, upstream, label);
+          metrics.upstreamDuration.observe(outcome.durationMs / 1000, network, upstream);
+        },
+        probe: (network, upstream, outcome) => metrics.upstreamProbes.add(1, network, upstream, outcome.kind === 'failure' ? outcome.reason : 'ok'),
+        hedge: (network, result) => metrics.hedges.add(1, network, result),
+        nullConfirmation: (network, result) => metrics.nullConfirmations.add(1, network, result),
       },
     });
   let current = config;
@@ -252,12 +258,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
         metrics.cacheBytes.set(stats.bytes);
         metrics.cacheEntries.set(stats.entries);
         metrics.inFlight.set(requestsInFlight());
-        metrics.upstreamHealthy.reset();
-        for (const [networkId, runtime] of networks.byId) {
-          for (const upstream of runtime.forwarder.upstreams) {
-            metrics.upstreamHealthy.set({ network: networkId, upstream: upstream.id }, upstream.isHealthy() ? 1 : 0);
-          }
-        }
+        recordUpstreamState(metrics, networks.byId);
         return { body: await metrics.registry.metrics(), contentType: metrics.registry.contentType };
       },
     },

@@ -36,6 +36,9 @@ async function gatewayOver(
         id: NETWORK,
         kind: 'evm',
         chainId: 31337,
+        // The cache's own mechanics, with made-up blocks: only their `hash` field is checked here.
+        // Verification of real blocks has its own suites (block-verification, verified-blocks).
+        verification: 'off',
         ...(options.requestTimeoutMs === undefined ? {} : { requestTimeoutMs: options.requestTimeoutMs }),
         upstreams: upstreams.map((entry, index) =>
           'upstream' in entry ? { id: `u${index}`, url: entry.upstream.url, timeoutMs: entry.timeoutMs } : { id: `u${index}`, url: entry.url },

@@ -89,9 +89,10 @@ describe('eth_getBlockByHash through the gateway', () => {
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ jsonrpc: '2.0', id: 2, result: expected });
 
+    // With `verification: full` (the default) a non-hydrated miss fetches the full block to verify it.
     const forwarded = proxy.calls.slice(before).map((call) => (call.body as { params?: unknown }).params);
-    expect(forwarded).toEqual([[hash, false]]);
-    expect(forwardedParams()).not.toContainEqual([upper, false]);
+    expect(forwarded).toEqual([[hash, true]]);
+    expect(forwardedParams()).not.toContainEqual([upper, true]);
   });
 
   it('treats a hash with a single upper-case digit, at either end, as the same block', async () => {

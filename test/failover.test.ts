@@ -25,7 +25,7 @@ function proxyToAnvil(): ScriptedBehaviour {
 }
 
 /** One network per failure kind: a failing first upstream, then a healthy proxy to anvil. */
-const FAILURES: Array<{ name: string; behaviour: () => ScriptedBehaviour; reason: RegExp; timeoutMs?: number }> = [
+const FAILURES: Array<{ name: string; behaviour: () => ScriptedBehaviour; reason: RegExp; detail?: RegExp; timeoutMs?: number }> = [
   { name: 'HTTP 500', behaviour: () => ({ kind: 'status', status: 500 }), reason: /500/ },
   { name: 'HTTP 429', behaviour: () => ({ kind: 'status', status: 429, headers: { 'retry-after': '1' } }), reason: /429/ },
   { name: 'a stall past the attempt deadline', behaviour: () => ({ kind: 'stall' }), reason: /timeout|timed/i, timeoutMs: STALL_TIMEOUT_MS },
@@ -41,7 +41,8 @@ const FAILURES: Array<{ name: string; behaviour: () => ScriptedBehaviour; reason
         return reply;
       },
     }),
-    reason: /hash/i,
+    reason: /^unverified_block$/,
+    detail: /hash/,
   },
   { name: 'a non-JSON body', behaviour: () => ({ kind: 'raw', body: '<html><body>Bad gateway</body></html>' }), reason: /json|invalid/i },
   { name: 'JSON-RPC -32603', behaviour: () => ({ kind: 'rpc-error', code: -32603, message: 'internal error' }), reason: /-32603/ },
@@ -175,7 +176,8 @@ describe('failover to the next upstream', () => {
       // The failed attempt is recorded on the request's log line with a reason that says why.
       const line = logLineOf(res.headers.get('x-request-id'));
       expect(line.upstream).toBe('good');
-      expect(line.attempts).toEqual([{ upstream: 'bad', reason: expect.stringMatching(failure.reason) }]);
+      const attempt = { upstream: 'bad', reason: expect.stringMatching(failure.reason) };
+      expect(line.attempts).toEqual([failure.detail === undefined ? attempt : { ...attempt, detail: expect.stringMatching(failure.detail) }]);
     });
   }
 

@@ -42,18 +42,25 @@ function formsSize(forms: readonly BlockForm[], hash: string): number {
   return size;
 }
 
-/** A hydrated block with its transactions replaced by their hashes: the non-hydrated form. */
-function dehydrate(hydratedBytes: Buffer): Buffer | undefined {
-  const block = JSON.parse(hydratedBytes.toString('utf8')) as { transactions?: unknown };
-  if (!Array.isArray(block.transactions)) return undefined;
+/**
+ * A parsed hydrated block as the non-hydrated form's bytes: its transactions replaced by their
+ * hashes, every other member unchanged and in its order. Undefined if it is not such a block.
+ */
+export function dehydrateBlock(block: unknown): Buffer | undefined {
+  if (block === null || typeof block !== 'object') return undefined;
+  const { transactions } = block as { transactions?: unknown };
+  if (!Array.isArray(transactions)) return undefined;
   const hashes: string[] = [];
-  for (const transaction of block.transactions) {
+  for (const transaction of transactions) {
     const hash = (transaction as { hash?: unknown } | null)?.hash;
     if (typeof hash !== 'string') return undefined;
     hashes.push(hash);
   }
-  block.transactions = hashes;
-  return Buffer.from(JSON.stringify(block));
+  return Buffer.from(JSON.stringify({ ...block, transactions: hashes }));
+}
+
+function dehydrate(hydratedBytes: Buffer): Buffer | undefined {
+  return dehydrateBlock(JSON.parse(hydratedBytes.toString('utf8')));
 }
 
 export function createBlockCache(options: { maxBytes: number; onEvict?: () => void }): BlockCache {

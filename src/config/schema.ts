@@ -37,13 +37,41 @@ const upstreamSchema = z.strictObject({
   connections: positiveInt.default(64),
   /** Asset networks only: the param form this upstream accepts for DAS methods. */
   params: z.enum(['named', 'positional']).default('named'),
+  /** Share of the first attempts this upstream gets under `selection: weighted` (0: only as a fallback). */
+  weight: z.number().min(0).default(1),
 });
 
 const circuitBreakerSchema = z.strictObject({
   /** Consecutive failed attempts that open an upstream's circuit (it is then skipped). */
   failureThreshold: positiveInt.default(5),
-  /** How long an open circuit stays open before one trial request is let through. */
+  /** How long an open circuit stays open before one trial (a probe or, with probes off, a request) is let through. */
   cooldownMs: positiveInt.default(5_000),
+});
+
+const healthCheckSchema = z.strictObject({
+  /** Probe every upstream this often; 0 turns active health checks off. */
+  intervalMs: z.number().int().min(0).default(2_000),
+  /** Deadline of one probe. */
+  timeoutMs: positiveInt.default(2_000),
+  /**
+   * The probe's JSON-RPC method (no params). Default: `eth_blockNumber` on EVM networks, `getSlot`
+   * on asset networks. A numeric result is read as the upstream's head; any answer proves it is up.
+   */
+  method: methodName.optional(),
+});
+
+const hedgeSchema = z.strictObject({
+  /** Send a slow read to the next upstream too, and take the first good answer. Never for writes. */
+  enabled: z.boolean().default(true),
+  /** A fixed hedge delay; without it the delay is `quantile` of the first upstream's recent latencies. */
+  delayMs: positiveInt.optional(),
+  /** Which quantile of recent latencies (0–1, exclusive) sets the delay. */
+  quantile: z.number().gt(0).lt(1).default(0.95),
+  /** Bounds of the quantile delay; `maxDelayMs` is also used until an upstream has 8 latency samples. */
+  minDelayMs: positiveInt.default(50),
+  maxDelayMs: positiveInt.default(1_000),
+  /** Hedged attempts a call may start beside its first one. */
+  maxHedges: z.number().int().min(1).max(4).default(1),
 });
 
 const networkSchema = z.strictObject({
@@ -63,6 +91,19 @@ const networkSchema = z.strictObject({
   /** Deadline of a whole request (all failover attempts) on this network. */
   requestTimeoutMs: positiveInt.default(10_000),
   circuitBreaker: circuitBreakerSchema.prefault({}),
+  /**
+   * How much of an `eth_getBlockByHash` answer is checked before it is answered or cached:
+   * `full` (header hash, transaction hashes, transaction and withdrawal roots; a non-hydrated miss
+   * fetches the full block to check it), `header` (keccak256 of the RLP header only), `off` (the
+   * `hash` field only). See docs/verification.md.
+   */
+  verification: z.enum(['full', 'header', 'off']).default('full'),
+  /** `fastest`: lowest latency (inflated by recent errors) first; `weighted`: first attempt drawn by upstream weight. */
+  selection: z.enum(['fastest', 'weighted']).default('fastest'),
+  /** An upstream this many blocks behind the best probed head is tried after the others. */
+  maxBlockLag: z.number().int().min(0).default(5),
+  healthCheck: healthCheckSchema.prefault({}),
+  hedge: hedgeSchema.prefault({}),
 });
 
 const sqliteStoreSchema = z.strictObject({

@@ -31,16 +31,3 @@ export function parseBlockByHashParams(params: unknown): BlockByHashQuery {
   if (typeof hydrated !== 'boolean') throw invalidArgument(1, 'hydrated must be a boolean');
   return { hash: canonical, hydrated };
 }
-
-/**
- * Why an upstream's answer to this query cannot be used, or undefined if it can. A block whose
- * `hash` differs from the one asked for is an upstream fault (a lagging or lying node), never an
- * answer to pass on or cache.
- */
-export function checkBlockResult(query: BlockByHashQuery, result: unknown): string | undefined {
-  if (result === null) return undefined;
-  if (result === undefined || typeof result !== 'object' || Array.isArray(result)) return 'block is not an object';
-  const hash = (result as { hash?: unknown }).hash;
-  if (typeof hash !== 'string' || hash.toLowerCase() !== query.hash) return 'block hash mismatch';
-  return undefined;
-}

@@ -1,5 +1,6 @@
 import type { NetworkConfig, NetworkKind, UpstreamConfig } from '../config/schema.js';
-import { checkBlockResult, parseBlockByHashParams, type BlockByHashQuery } from './eth-get-block-by-hash.js';
+import { parseBlockByHashParams, type BlockByHashQuery } from './eth-get-block-by-hash.js';
+import { verifyBlock, type BlockVerification } from '../verification/block-verifier.js';
 import { parseAssetsByGroupParams, serialiseAssetsByGroupParams } from './get-assets-by-group.js';
 import { GatewayError } from '../errors.js';
 
@@ -19,7 +20,18 @@ export const DEFAULT_METHOD_COSTS: Readonly<Record<string, number>> = {
 export const DEFAULT_PASS_THROUGH_COST = 80;
 
 export type PreparedCall =
-  | { kind: 'block'; method: 'eth_getBlockByHash'; cost: number; query: BlockByHashQuery }
+  | {
+      kind: 'block';
+      method: 'eth_getBlockByHash';
+      cost: number;
+      query: BlockByHashQuery;
+      verification: BlockVerification;
+      /**
+       * Ask upstreams for the full block: the client asked for it, or `verification: full` needs
+       * the transactions to check them (the answer is then reduced to hashes).
+       */
+      fetchHydrated: boolean;
+    }
   | { kind: 'assets'; method: 'getAssetsByGroup'; cost: number; query: ReturnType<typeof parseAssetsByGroupParams> }
   | { kind: 'local'; method: string; cost: number; result: unknown }
   | { kind: 'pass-through'; method: string; cost: number; params: unknown };
@@ -28,12 +40,17 @@ type Preparer = (params: unknown, cost: number) => PreparedCall;
 
 const BUILT_IN: Record<NetworkKind, Record<string, (network: NetworkConfig) => Preparer>> = {
   evm: {
-    eth_getBlockByHash: () => (params, cost) => ({
-      kind: 'block',
-      method: 'eth_getBlockByHash',
-      cost,
-      query: parseBlockByHashParams(params),
-    }),
+    eth_getBlockByHash: (network) => (params, cost) => {
+      const query = parseBlockByHashParams(params);
+      return {
+        kind: 'block',
+        method: 'eth_getBlockByHash',
+        cost,
+        query,
+        verification: network.verification,
+        fetchHydrated: query.hydrated || network.verification === 'full',
+      };
+    },
     // Answered from config: ethers and viem ask for the chain id before anything else.
     eth_chainId: (network) => {
       const result = `0x${(network.chainId ?? 0).toString(16)}`;
@@ -94,7 +111,7 @@ export function createMethodTable(network: NetworkConfig): MethodTable {
 export function upstreamParams(call: PreparedCall, upstream: UpstreamConfig): unknown {
   switch (call.kind) {
     case 'block':
-      return [call.query.hash, call.query.hydrated];
+      return [call.query.hash, call.fetchHydrated];
     case 'assets':
       return serialiseAssetsByGroupParams(call.query, upstream.params);
     case 'pass-through':
@@ -105,11 +122,12 @@ export function upstreamParams(call: PreparedCall, upstream: UpstreamConfig): un
 }
 
 /**
- * The check an upstream's result must pass for this call (a block's hash must be the one asked
- * for), or undefined when results are passed on unparsed.
+ * The check an upstream's result must pass for this call (a block must verify against the hash
+ * asked for, DESIGN §5), or undefined when results are passed on unparsed. `null` passes here;
+ * whether it is believed is the null-confirmation policy's business.
  */
-export function resultCheckOf(call: PreparedCall): ((result: unknown) => string | undefined) | undefined {
+export function resultCheckOf(call: PreparedCall): ((result: unknown) => Promise<string | undefined> | undefined) | undefined {
   if (call.kind !== 'block') return undefined;
-  const { query } = call;
-  return (result) => checkBlockResult(query, result);
+  const { query, verification } = call;
+  return (result) => (result === null ? undefined : verifyBlock(result, query.hash, verification));
 }

@@ -158,6 +158,17 @@ export interface GatewayMetrics {
   /** Labels: network, upstream. */
   upstreamDuration: FastHistogram;
   upstreamHealthy: Gauge<'network' | 'upstream'>;
+  /** 0 closed, 1 half-open (trial under way), 2 open. */
+  upstreamCircuitState: Gauge<'network' | 'upstream'>;
+  upstreamHeadBlock: Gauge<'network' | 'upstream'>;
+  upstreamHeadLag: Gauge<'network' | 'upstream'>;
+  upstreamLatencyEstimate: Gauge<'network' | 'upstream'>;
+  /** Labels: network, upstream, outcome. */
+  upstreamProbes: Tally;
+  /** Labels: network, result (won, lost). */
+  hedges: Tally;
+  /** Labels: network, result (confirmed, contradicted). */
+  nullConfirmations: Tally;
   /** Labels: network, result. */
   cacheLookups: Tally;
   cacheEvictions: Counter;
@@ -208,6 +219,48 @@ export function createMetrics(): GatewayMetrics {
       name: 'tollgate_upstream_healthy',
       help: '1 while the upstream circuit is closed, 0 while it is open',
       labelNames: ['network', 'upstream'],
+      registers,
+    }),
+    upstreamCircuitState: new Gauge({
+      name: 'tollgate_upstream_circuit_state',
+      help: "The upstream's circuit: 0 closed, 1 half-open (a trial under way), 2 open",
+      labelNames: ['network', 'upstream'],
+      registers,
+    }),
+    upstreamHeadBlock: new Gauge({
+      name: 'tollgate_upstream_head_block',
+      help: 'Chain head the last health probe of the upstream reported',
+      labelNames: ['network', 'upstream'],
+      registers,
+    }),
+    upstreamHeadLag: new Gauge({
+      name: 'tollgate_upstream_head_lag_blocks',
+      help: "Blocks the upstream's probed head is behind the best probed head of its network",
+      labelNames: ['network', 'upstream'],
+      registers,
+    }),
+    upstreamLatencyEstimate: new Gauge({
+      name: 'tollgate_upstream_latency_estimate_seconds',
+      help: "The latency estimate that ranks the upstream (fades while it is not refreshed)",
+      labelNames: ['network', 'upstream'],
+      registers,
+    }),
+    upstreamProbes: tallied({
+      name: 'tollgate_upstream_probes_total',
+      help: 'Health probes of upstreams, by outcome: ok or the failure reason',
+      labelNames: ['network', 'upstream', 'outcome'],
+      registers,
+    }),
+    hedges: tallied({
+      name: 'tollgate_hedges_total',
+      help: 'Calls that sent a hedged attempt, by result: won (the hedge answered first) or lost',
+      labelNames: ['network', 'result'],
+      registers,
+    }),
+    nullConfirmations: tallied({
+      name: 'tollgate_null_confirmations_total',
+      help: 'Null block answers checked with the other upstreams: confirmed (none had it) or contradicted (another had it and answered)',
+      labelNames: ['network', 'result'],
       registers,
     }),
     cacheLookups: tallied({

@@ -1,20 +1,30 @@
 import type { NetworkConfig } from '../config/schema.js';
 import { GatewayError, type JsonRpcErrorObject } from '../errors.js';
 import { resultCheckOf, upstreamParams, type PreparedCall } from '../methods/registry.js';
-import { Upstream, type AttemptOutcome } from './upstream.js';
+import { clockFrom, type Clock } from './clock.js';
+import { startHealthProber, type HealthProber } from './health-prober.js';
+import { circuitBreakerPolicy } from './policies/circuit-breaker.js';
+import { failoverPolicy } from './policies/failover.js';
+import { hedgePolicy, type HedgeResult } from './policies/hedge.js';
+import { nullConfirmationPolicy, type NullConfirmation } from './policies/null-confirmation.js';
+import { resultCheckPolicy } from './policies/result-check.js';
+import { timeoutPolicy } from './policies/timeout.js';
+import { attemptEachCandidate, chain, type Attempt, type AttemptFn, type AttemptPolicy, type CallPolicy, type Execution } from './policies/types.js';
+import { createSelector, type Selector } from './selection.js';
+import { Upstream, type AttemptOutcome, type RoutedUpstream } from './upstream.js';
 
 /**
- * Failover across a network's upstreams within one request deadline (DESIGN §2, §5). Upstreams
- * whose circuit is open are skipped; the rest are tried in order of health (last attempt
- * succeeded first), then latency. When every attempt fails the caller gets a `-32603` with the
- * attempts, and the status class tells the HTTP status: 503 if no upstream could be tried at all,
- * 504 if the deadline ran out or every attempt timed out, otherwise 502.
+ * A network's upstreams behind the failsafe chain (DESIGN §5):
+ *
+ *   null confirmation → hedge → failover → [each candidate] → circuit breaker → observe → result check → timeout → send
+ *
+ * Candidates come from the selector (circuit, head lag, latency and errors); the health prober
+ * keeps what the selector reads fresh. When every attempt fails the caller gets a `-32603` with
+ * the attempts, and its status class tells the HTTP status: 503 if no upstream could be tried at
+ * all, 504 if the deadline ran out or every attempt timed out, otherwise 502.
  */
 
-export interface Attempt {
-  upstream: string;
-  reason: string;
-}
+export type { Attempt };
 
 export type ForwardOutcome =
   /** `resultBytes`: the result JSON as the upstream sent it; `result`: parsed, for checked methods only. */
@@ -22,75 +32,156 @@ export type ForwardOutcome =
   | { kind: 'rpc-error'; error: JsonRpcErrorObject; upstream: string; attempts: Attempt[] }
   | { kind: 'failed'; error: GatewayError; attempts: Attempt[] };
 
-export interface AttemptObserver {
-  (network: string, upstream: string, outcome: AttemptOutcome): void;
+export interface ForwarderObserver {
+  /** Every attempt made against an upstream (probes excluded). */
+  attempt?(network: string, upstream: string, outcome: AttemptOutcome): void;
+  probe?(network: string, upstream: string, outcome: AttemptOutcome): void;
+  hedge?(network: string, result: HedgeResult): void;
+  nullConfirmation?(network: string, result: NullConfirmation): void;
 }
 
 export interface Forwarder {
   readonly upstreams: readonly Upstream[];
+  readonly selector: Selector;
   forward(call: PreparedCall, deadline: number): Promise<ForwardOutcome>;
   /** True while at least one upstream's circuit is closed (used by readiness). */
   hasHealthyUpstream(): boolean;
+  /** Probes every upstream now (also runs on the configured interval). */
+  probeAll(): Promise<void>;
   close(): Promise<void>;
 }
 
-export function createForwarder(
-  network: NetworkConfig,
-  options: { observe?: AttemptObserver; now?: () => number } = {},
-): Forwarder {
-  const now = options.now ?? Date.now;
-  const upstreams = network.upstreams.map((config) => new Upstream(config, network.circuitBreaker, now));
-  const observe = options.observe;
+/** Methods that change state: never hedged, since a second copy is not a harmless read. */
+const WRITE_METHODS = new Set(['eth_sendRawTransaction', 'eth_sendTransaction', 'eth_sendRawTransactionConditional', 'sendTransaction']);
+/** Methods whose `null` is confirmed with the other upstreams before it is believed. */
+const NULL_CONFIRMED_METHODS = new Set(['eth_getBlockByHash']);
+const DEFAULT_PROBE_METHOD = { evm: 'eth_blockNumber', asset: 'getSlot' } as const;
 
-  function order(): Upstream[] {
-    return upstreams
-      .filter((upstream) => upstream.isAvailable())
-      .sort((a, b) => Number(a.lastAttemptFailed) - Number(b.lastAttemptFailed) || a.latencyMs - b.latencyMs);
-  }
+export interface ForwarderOptions {
+  observe?: ForwarderObserver;
+  now?: () => number;
+  clock?: Clock;
+  random?: () => number;
+}
+
+export function createForwarder(network: NetworkConfig, options: ForwarderOptions = {}): Forwarder {
+  const clock = options.clock ?? clockFrom(options.now ?? Date.now);
+  const observe = options.observe ?? {};
+  const upstreams = network.upstreams.map((config) => new Upstream(config, network.circuitBreaker, clock.now));
+  const byId = new Map<string, Upstream>(upstreams.map((upstream) => [upstream.id, upstream]));
+  const probing = network.healthCheck.intervalMs > 0;
+  const selector = createSelector(
+    upstreams,
+    {
+      strategy: network.selection,
+      maxBlockLag: network.maxBlockLag,
+      headMaxAgeMs: 3 * network.healthCheck.intervalMs,
+      trialsByRequests: !probing,
+    },
+    clock.now,
+    options.random,
+  );
+
+  const send: AttemptFn = (upstream, execution, signal) =>
+    byId.get(upstream.id)!.send(execution.method, execution.paramsFor(upstream), signal, execution.check !== undefined);
+  const observed: AttemptPolicy = (next) => async (upstream, execution, signal) => {
+    const outcome = await next(upstream, execution, signal);
+    observe.attempt?.(network.id, upstream.id, outcome);
+    return outcome;
+  };
+  const attempt = chain<AttemptFn>(circuitBreakerPolicy(), observed, resultCheckPolicy('unverified_block'), timeoutPolicy(clock))(send);
+  const hedge: CallPolicy = network.hedge.enabled
+    ? hedgePolicy(network.hedge, clock, {
+        isWrite: (method) => WRITE_METHODS.has(method),
+        observe: (result) => observe.hedge?.(network.id, result),
+      })
+    : (next) => next;
+  const call = chain(
+    nullConfirmationPolicy(attempt, {
+      appliesTo: (method) => NULL_CONFIRMED_METHODS.has(method),
+      observe: (result) => observe.nullConfirmation?.(network.id, result),
+    }),
+    hedge,
+    failoverPolicy(clock),
+  )(attemptEachCandidate(attempt));
+
+  const probeTimeout = timeoutPolicy(clock);
+  const prober: HealthProber | undefined = probing
+    ? startHealthProber(
+        upstreams,
+        {
+          intervalMs: network.healthCheck.intervalMs,
+          timeoutMs: network.healthCheck.timeoutMs,
+          method: network.healthCheck.method ?? DEFAULT_PROBE_METHOD[network.kind],
+        },
+        clock,
+        (upstream, method, timeoutMs) =>
+          // The probe's deadline bounds it (together with the upstream's own timeoutMs).
+          probeTimeout((target, _execution, signal) => byId.get(target.id)!.send(method, [], signal, false))(
+            upstream,
+            probeExecution(method, clock.now() + timeoutMs),
+            new AbortController().signal,
+          ),
+        (upstream, outcome) => observe.probe?.(network.id, upstream.id, outcome),
+      )
+    : undefined;
 
   return {
     upstreams,
-    hasHealthyUpstream: () => upstreams.some((upstream) => upstream.isHealthy()),
+    selector,
+    hasHealthyUpstream: () => upstreams.some((upstream) => upstream.health.isHealthy()),
+    probeAll: () => prober?.probeAll() ?? Promise.resolve(),
     close: async () => {
+      prober?.stop();
       await Promise.all(upstreams.map((upstream) => upstream.close()));
     },
-    async forward(call, deadline) {
-      const attempts: Attempt[] = [];
-      const candidates = order();
+    async forward(prepared, deadline) {
+      const candidates = selector.order();
       if (candidates.length === 0) {
-        for (const upstream of upstreams) attempts.push({ upstream: upstream.id, reason: 'circuit_open' });
-        return failed('TG_ERR_NO_HEALTHY_UPSTREAM', attempts);
+        return failed('TG_ERR_NO_HEALTHY_UPSTREAM', upstreams.map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
       }
-      const check = resultCheckOf(call);
-      let deadlineReached = false;
-      let allTimedOut = true;
-      for (const upstream of candidates) {
-        const remaining = deadline - now();
-        if (remaining <= 0) {
-          deadlineReached = true;
-          break;
-        }
-        if (!upstream.admit()) continue; // another request holds its half-open trial
-        const outcome = await upstream.call(
-          call.method,
-          upstreamParams(call, upstream.config),
-          Math.min(upstream.config.timeoutMs, remaining),
-          check,
-        );
-        observe?.(network.id, upstream.id, outcome);
-        if (outcome.kind === 'result') {
-          return { kind: 'result', resultBytes: outcome.resultBytes, result: outcome.result, upstream: upstream.id, attempts };
-        }
-        if (outcome.kind === 'rpc-error') return { kind: 'rpc-error', error: outcome.error, upstream: upstream.id, attempts };
-        attempts.push({ upstream: upstream.id, reason: outcome.reason });
-        if (!outcome.timedOut) allTimedOut = false;
+      const execution = createExecution(prepared, deadline, candidates, upstreams);
+      const outcome = await call(execution, new AbortController().signal);
+      const { attempts } = execution;
+      if (outcome.kind === 'result') return { ...outcome, attempts };
+      if (outcome.kind === 'rpc-error') return { ...outcome, attempts };
+      if (attempts.length === 0) {
+        if (clock.now() >= deadline) return failed('TG_ERR_UPSTREAMS_TIMED_OUT', attempts);
+        return failed('TG_ERR_NO_HEALTHY_UPSTREAM', candidates.map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
       }
-      if (attempts.length === 0 && !deadlineReached) {
-        for (const upstream of candidates) attempts.push({ upstream: upstream.id, reason: 'circuit_open' });
-        return failed('TG_ERR_NO_HEALTHY_UPSTREAM', attempts);
-      }
-      return failed(deadlineReached || allTimedOut ? 'TG_ERR_UPSTREAMS_TIMED_OUT' : 'TG_ERR_UPSTREAMS_FAILED', attempts);
+      const timedOut = clock.now() >= deadline || attempts.every((attempt) => attempt.reason === 'timeout');
+      return failed(timedOut ? 'TG_ERR_UPSTREAMS_TIMED_OUT' : 'TG_ERR_UPSTREAMS_FAILED', attempts);
     },
+  };
+}
+
+function createExecution(prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[], all: readonly Upstream[]): Execution {
+  let next = 0;
+  return {
+    method: prepared.method,
+    deadline,
+    attempts: [],
+    running: new Set(),
+    check: resultCheckOf(prepared),
+    paramsFor: (upstream) => upstreamParams(prepared, (upstream as Upstream).config),
+    takeCandidate: () => candidates[next++],
+    peekCandidate: () => candidates[next],
+    othersThan: (upstreamId) => all.filter((upstream) => upstream.id !== upstreamId && upstream.health.isAvailable()),
+  };
+}
+
+/** The execution a probe runs in: no candidates, no check, its own deadline. */
+function probeExecution(method: string, deadline: number): Execution {
+  return {
+    method,
+    deadline,
+    attempts: [],
+    running: new Set(),
+    check: undefined,
+    paramsFor: () => [],
+    takeCandidate: () => undefined,
+    peekCandidate: () => undefined,
+    othersThan: () => [],
   };
 }
 

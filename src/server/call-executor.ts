@@ -1,7 +1,7 @@
 import { GatewayError } from '../errors.js';
 import { errorReply, type JsonRpcId, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
 import type { PreparedCall } from '../methods/registry.js';
-import type { BlockCache } from '../cache/block-cache.js';
+import { dehydrateBlock, type BlockCache } from '../cache/block-cache.js';
 import { createSingleFlight } from '../cache/single-flight.js';
 import type { Meter } from '../metering/meter.js';
 import { nextUtcMidnight, utcDay } from '../metering/meter.js';
@@ -70,7 +70,8 @@ function refusal(result: Extract<LedgerResult, { ok: false }>, subject: ChargeSu
 
 /** A forwarded call's outcome with the result as bytes to splice (shared by single-flight followers). */
 type Answer =
-  | { kind: 'result'; bytes: string | Buffer; upstream: string; attempts: ForwardOutcome['attempts'] }
+  /** `block`: the parsed, verified block of an `eth_getBlockByHash` answer. */
+  | { kind: 'result'; bytes: string | Buffer; upstream: string; attempts: ForwardOutcome['attempts']; block?: unknown }
   | Exclude<ForwardOutcome, { kind: 'result' }>;
 
 function serialised(outcome: ForwardOutcome): Answer {
@@ -125,16 +126,18 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   async function forward(call: PreparedCall, network: NetworkRuntime, deadline: number): Promise<Answer> {
     if (call.kind !== 'block') return serialised(await network.forwarder.forward(call, deadline));
     const { hash, hydrated } = call.query;
-    const key = `${network.config.id}|${hash}|${hydrated}`;
-    return blockFlights.run(
+    // Keyed by the form fetched upstream: with `verification: full` a hydrated and a non-hydrated
+    // miss of one block share one upstream call.
+    const key = `${network.config.id}|${hash}|${call.fetchHydrated}`;
+    const answer = await blockFlights.run(
       key,
       async () => {
         const outcome = await network.forwarder.forward(call, deadline);
-        // Only verified blocks are cached: the forwarder already rejected a mismatched hash.
+        // Only verified blocks reach this point (the forwarder's result check rejected the rest).
         if (outcome.kind !== 'result' || outcome.result === null) return serialised(outcome);
         // A copy: the bytes are a view into the whole upstream response, which the cache must not keep.
-        cache.set(network.config.id, hash, hydrated, Buffer.from(outcome.resultBytes));
-        return serialised(outcome);
+        cache.set(network.config.id, hash, call.fetchHydrated, Buffer.from(outcome.resultBytes));
+        return { ...serialised(outcome), block: outcome.result };
       },
       deadline,
       () => ({
@@ -143,6 +146,9 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
         attempts: [],
       }),
     );
+    if (answer.kind !== 'result' || hydrated || !call.fetchHydrated || answer.block === undefined) return answer;
+    // The full block was fetched to verify it; the client asked for transaction hashes.
+    return { ...answer, bytes: dehydrateBlock(answer.block) ?? answer.bytes };
   }
 
   function answer(item: CallItem, call: PreparedCall, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): Promise<Reply> {

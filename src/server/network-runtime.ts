@@ -1,6 +1,6 @@
 import type { GatewayConfig, NetworkConfig } from '../config/schema.js';
 import { createMethodTable, type MethodTable } from '../methods/registry.js';
-import { createForwarder, type AttemptObserver, type Forwarder } from '../routing/forward.js';
+import { createForwarder, type Forwarder, type ForwarderOptions } from '../routing/forward.js';
 import { createNetworkResolver, type NetworkResolver } from '../routing/network-resolver.js';
 
 /** A network ready to serve: its methods and prices, and its upstream pools. */
@@ -20,7 +20,7 @@ export interface NetworkSet {
   close(): Promise<void>;
 }
 
-export function buildNetworkSet(config: GatewayConfig, options: { observe?: AttemptObserver; now?: () => number } = {}): NetworkSet {
+export function buildNetworkSet(config: GatewayConfig, options: ForwarderOptions = {}): NetworkSet {
   const byId = new Map<string, NetworkRuntime>();
   for (const network of config.networks) {
     byId.set(network.id, { config: network, methods: createMethodTable(network), forwarder: createForwarder(network, options) });

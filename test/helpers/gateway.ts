@@ -25,7 +25,7 @@ export interface TestGateway {
 }
 
 export interface TestGatewayOptions {
-  /** The `networks` section; each network gets `baseUrls: ['*\/<id>']` unless it sets its own. */
+  /** The `networks` section; each network gets `baseUrls: ['*\/<id>']` and no health probes unless it sets its own. */
   networks: Array<Record<string, unknown> & { id: string }>;
   /** Other top-level config sections (server, auth, ...). */
   config?: Record<string, unknown>;
@@ -40,7 +40,8 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
       server: { host: '127.0.0.1', port: 0 },
       admin: { host: '127.0.0.1', port: 0, token: TEST_ADMIN_TOKEN },
       ...options.config,
-      networks: options.networks.map((network) => ({ baseUrls: [`*/${network.id}`], ...network })),
+      // Health probes are off unless a test turns them on: many tests count the calls an upstream receives.
+      networks: options.networks.map((network) => ({ baseUrls: [`*/${network.id}`], healthCheck: { intervalMs: 0 }, ...network })),
     },
     process.env,
     'test config',

@@ -1,0 +1,114 @@
+import type { JsonRpcErrorObject } from '../../errors.js';
+import type { AttemptOutcome, RoutedUpstream } from '../upstream.js';
+
+/**
+ * The failsafe chain (DESIGN §5, STYLE §5): small policies around one function, each testable
+ * alone with a scripted `next` and a manual clock. Two levels:
+ *   - an {@link AttemptFn} makes one attempt against a given upstream; attempt policies wrap it
+ *     (timeout, circuit breaker, result check);
+ *   - a {@link CallFn} answers the whole call from the candidates of one {@link Execution}; call
+ *     policies wrap it (failover, hedge, null confirmation).
+ * {@link attemptEachCandidate} turns the first into the second.
+ */
+
+export type { AttemptOutcome, RoutedUpstream };
+
+/** A failed attempt, as listed in logs and in the `-32603` error's `data.attempts`. */
+export interface Attempt {
+  upstream: string;
+  reason: string;
+  detail?: string;
+}
+
+export function attemptOf(upstream: RoutedUpstream, failure: Extract<AttemptOutcome, { kind: 'failure' }>): Attempt {
+  return failure.detail === undefined ? { upstream: upstream.id, reason: failure.reason } : { upstream: upstream.id, reason: failure.reason, detail: failure.detail };
+}
+
+/** Why a parsed result cannot be the answer (an upstream fault), or undefined when it can. */
+export type ResultCheck = (result: unknown) => Promise<string | undefined> | string | undefined;
+
+/** The state one call shares between its policies. */
+export interface Execution {
+  readonly method: string;
+  /** The params to send to one upstream (forms differ per upstream for DAS methods). */
+  paramsFor(upstream: RoutedUpstream): unknown;
+  /** Present for methods whose results are inspected before they are believed (blocks). */
+  readonly check: ResultCheck | undefined;
+  /** Absolute time (clock ms) by which the whole call must be answered. */
+  readonly deadline: number;
+  /** Failed attempts in the order they ended. */
+  readonly attempts: Attempt[];
+  /** Upstreams with an attempt of this call under way (a hedge marks them slow). */
+  readonly running: Set<RoutedUpstream>;
+  /** Takes the next upstream this call has not tried yet, best first. */
+  takeCandidate(): RoutedUpstream | undefined;
+  peekCandidate(): RoutedUpstream | undefined;
+  /** Every other upstream of the network that is not refusing attempts (for confirmations). */
+  othersThan(upstreamId: string): RoutedUpstream[];
+}
+
+export type AttemptFn = (upstream: RoutedUpstream, execution: Execution, signal: AbortSignal) => Promise<AttemptOutcome>;
+export type AttemptPolicy = (next: AttemptFn) => AttemptFn;
+
+export type CallOutcome =
+  | { kind: 'result'; resultBytes: Buffer; result?: unknown; upstream: string }
+  | { kind: 'rpc-error'; error: JsonRpcErrorObject; upstream: string }
+  /** Every attempt failed (listed in the execution), or none could be made. */
+  | { kind: 'failed' };
+
+export type CallFn = (execution: Execution, signal: AbortSignal) => Promise<CallOutcome>;
+export type CallPolicy = (next: CallFn) => CallFn;
+
+/** Applies policies outermost first: `chain(a, b)(fn)` is `a(b(fn))`. */
+export function chain<F>(...policies: Array<(next: F) => F>): (fn: F) => F {
+  return (fn) => policies.reduceRight((next, policy) => policy(next), fn);
+}
+
+/** An abort signal that follows `parent` and can also be aborted on its own. */
+export function childController(parent: AbortSignal): { controller: AbortController; release: () => void } {
+  const controller = new AbortController();
+  if (parent.aborted) {
+    controller.abort(parent.reason);
+    return { controller, release: () => undefined };
+  }
+  const onAbort = () => controller.abort(parent.reason);
+  parent.addEventListener('abort', onAbort, { once: true });
+  return { controller, release: () => parent.removeEventListener('abort', onAbort) };
+}
+
+/**
+ * The bridge from attempts to calls: takes the next candidate and makes one attempt on it. A
+ * failure is recorded in the execution's attempts (a cancelled attempt is not: it did not fail,
+ * another answer won); `failed` without a candidate means there was nobody left to ask.
+ */
+export function attemptEachCandidate(attempt: AttemptFn): CallFn {
+  return async (execution, signal) => {
+    const upstream = execution.takeCandidate();
+    if (upstream === undefined) return FAILED;
+    execution.running.add(upstream);
+    let outcome: AttemptOutcome;
+    try {
+      outcome = await attempt(upstream, execution, signal);
+    } finally {
+      execution.running.delete(upstream);
+    }
+    if (outcome.kind === 'result') return { kind: 'result', resultBytes: outcome.resultBytes, result: outcome.result, upstream: upstream.id };
+    if (outcome.kind === 'rpc-error') return { kind: 'rpc-error', error: outcome.error, upstream: upstream.id };
+    if (isListedFailure(outcome)) execution.attempts.push(attemptOf(upstream, outcome));
+    return FAILED;
+  };
+}
+
+export const FAILED: CallOutcome = Object.freeze({ kind: 'failed' });
+
+/** Reason of an attempt that was never made (another call holds the upstream's half-open trial). */
+export const SKIPPED = 'skipped';
+
+/** Failures that say nothing against an upstream and are not listed: never made, or cancelled. */
+export function isListedFailure(outcome: AttemptOutcome): outcome is Extract<AttemptOutcome, { kind: 'failure' }> {
+  return outcome.kind === 'failure' && outcome.reason !== 'cancelled' && outcome.reason !== SKIPPED;
+}
+
+export function isNullResult(resultBytes: Buffer): boolean {
+  return resultBytes.length === 4 && resultBytes.toString('latin1') === 'null';
+}

@@ -1,0 +1,88 @@
+import type { RoutedUpstream } from './upstream.js';
+
+/**
+ * The order in which a call tries a network's upstreams. Upstreams whose circuit refuses
+ * attempts are left out; those more than `maxBlockLag` behind the best head seen by the probes
+ * go last (a node that is behind answers `null` or stale state for what its peers have); the
+ * rest are ranked by {@link UpstreamHealth.score} (latency inflated by recent errors, both
+ * fading with time), or under `weighted` the first is drawn at random by weight among the
+ * healthy ones, so that load spreads, and the rest follow by score.
+ */
+
+export type SelectionStrategy = 'fastest' | 'weighted';
+
+export interface SelectionSettings {
+  strategy: SelectionStrategy;
+  maxBlockLag: number;
+  /** A probed head older than this is not used to judge lag (the probe has stopped answering). */
+  headMaxAgeMs: number;
+  /** With probes off, an upstream whose cooldown is over goes first, so its trial happens. */
+  trialsByRequests: boolean;
+}
+
+export interface Selector {
+  order(): RoutedUpstream[];
+  /** The highest head among fresh probe results, or undefined. */
+  bestHead(): number | undefined;
+  isLagging(upstream: RoutedUpstream): boolean;
+}
+
+export function createSelector(
+  upstreams: readonly RoutedUpstream[],
+  settings: SelectionSettings,
+  now: () => number,
+  random: () => number = Math.random,
+): Selector {
+  function bestHead(): number | undefined {
+    let best: number | undefined;
+    const oldest = now() - settings.headMaxAgeMs;
+    for (const upstream of upstreams) {
+      const head = upstream.health.head;
+      if (head !== undefined && upstream.health.headAt >= oldest && (best === undefined || head > best)) best = head;
+    }
+    return best;
+  }
+
+  function lagOf(upstream: RoutedUpstream, best: number | undefined): boolean {
+    const head = upstream.health.head;
+    if (best === undefined || head === undefined || upstream.health.headAt < now() - settings.headMaxAgeMs) return false;
+    return best - head > settings.maxBlockLag;
+  }
+
+  return {
+    bestHead,
+    isLagging: (upstream) => lagOf(upstream, bestHead()),
+    order() {
+      const best = bestHead();
+      const ranked = upstreams
+        .filter((upstream) => upstream.health.isAvailable())
+        .map((upstream) => ({
+          upstream,
+          trial: settings.trialsByRequests && upstream.health.trialReady(),
+          lagging: lagOf(upstream, best),
+          score: upstream.health.score(),
+        }))
+        .sort((a, b) => Number(b.trial) - Number(a.trial) || Number(a.lagging) - Number(b.lagging) || a.score - b.score)
+        .map((entry) => entry.upstream);
+      const trialFirst = ranked[0] !== undefined && settings.trialsByRequests && ranked[0].health.trialReady();
+      if (settings.strategy === 'weighted' && !trialFirst) {
+        const eligible = ranked.filter((upstream) => upstream.health.isHealthy() && !lagOf(upstream, best));
+        const pick = pickByWeight(eligible, random());
+        if (pick !== undefined) ranked.unshift(...ranked.splice(ranked.indexOf(pick), 1));
+      }
+      return ranked;
+    },
+  };
+}
+
+/** The upstream that `point` (uniform in [0, 1)) falls on when each takes a share equal to its weight. */
+function pickByWeight(upstreams: readonly RoutedUpstream[], point: number): RoutedUpstream | undefined {
+  const total = upstreams.reduce((sum, upstream) => sum + upstream.weight, 0);
+  if (total <= 0) return undefined;
+  let remaining = point * total;
+  for (const upstream of upstreams) {
+    remaining -= upstream.weight;
+    if (remaining < 0) return upstream;
+  }
+  return upstreams.findLast((upstream) => upstream.weight > 0);
+}
