@@ -7,7 +7,7 @@ import pino from 'pino';
 import { issueKey } from '../admin/key-issuer.js';
 import { openStore, type Store } from '../store/index.js';
 import { seedAnvil, startAnvil, type AnvilNode } from './anvil.js';
-import { startSampleDasServer, type SampleDasServer } from './sample-das/index.js';
+import { startSampleDasThread, type SampleDasThread } from './sample-das/index.js';
 
 /**
  * `tollgate devnet` (what `npm start` runs): a real anvil node seeded with blocks that carry
@@ -33,7 +33,7 @@ async function demoKey(store: Store): Promise<string> {
 }
 
 export async function runDevnet(options: DevnetOptions): Promise<void> {
-  const started: { anvil?: AnvilNode; das?: SampleDasServer; gateway?: RunningGateway } = {};
+  const started: { anvil?: AnvilNode; das?: SampleDasThread; gateway?: RunningGateway } = {};
   let stopping = false;
   const stop = async (exitCode: number) => {
     if (stopping) return;
@@ -55,7 +55,8 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
     const anvil = await startAnvil();
     started.anvil = anvil;
     const seed = await seedAnvil(anvil.url);
-    const das = await startSampleDasServer();
+    // On its own thread: a slow answer of the fixture never stalls the gateway (or its SIGTERM).
+    const das = await startSampleDasThread();
     started.das = das;
 
     const adminToken = `devnet-${randomBytes(16).toString('hex')}`;
@@ -93,7 +94,7 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
 
     const evmUrl = `${gateway.rpcOrigin}/${DEVNET_EVM_NETWORK}/v3/${apiKey}`;
     const assetUrl = `${gateway.rpcOrigin}/${DEVNET_ASSET_NETWORK}/v3/${apiKey}`;
-    const collections = das.dataset.collections.map((collection) => collection.id);
+    const collections = das.collections;
     if (options.json) {
       process.stdout.write(
         `${JSON.stringify({ evmUrl, assetUrl, apiKey, evmUpstreamUrl: anvil.url, assetUpstreamUrl: das.url, collections, adminUrl: gateway.adminOrigin, adminToken })}\n`,

@@ -36,6 +36,22 @@ const POSITIONAL_FIELDS = ['groupKey', 'groupValue', 'sortBy', 'limit', 'page', 
 const NAMED_FIELDS = new Set<string>([...POSITIONAL_FIELDS, 'displayOptions']);
 const MAX_U32 = 2 ** 32 - 1;
 const MAX_LIMIT = 1000;
+/**
+ * Size bounds (docs/security.md). Group keys are short names (`collection`); public keys are at
+ * most 44 base58 characters (checked before decoding); cursors of DAS servers encode an asset id,
+ * so 128 characters leave room for provider variants while keeping base58 decoding, which is
+ * quadratic in the length, cheap; display options are a handful of flags.
+ */
+export const MAX_GROUP_KEY_LENGTH = 64;
+export const MAX_CURSOR_LENGTH = 128;
+export const MAX_OPTIONS_BYTES = 4_096;
+/** How much of an offending value an error message quotes. */
+const MAX_QUOTED_LENGTH = 64;
+
+/** A value as an error message quotes it: whole when short, else its start and an ellipsis. */
+function quoted(value: string): string {
+  return value.length <= MAX_QUOTED_LENGTH ? value : `${value.slice(0, MAX_QUOTED_LENGTH)}…`;
+}
 
 function invalidParams(message: string): GatewayError {
   return new GatewayError('TG_ERR_INVALID_PARAMS', `Invalid params: ${message}`);
@@ -63,7 +79,7 @@ function collectFields(params: unknown): Map<string, unknown> {
   }
   if (isPlainObject(params)) {
     for (const [key, value] of Object.entries(params)) {
-      if (!NAMED_FIELDS.has(key)) throw invalidParams(`unknown field \`${key}\``);
+      if (!NAMED_FIELDS.has(key)) throw invalidParams(`unknown field \`${quoted(key)}\``);
       if (value !== null && value !== undefined) fields.set(key, value);
     }
     if (fields.has('options') && fields.has('displayOptions')) {
@@ -101,7 +117,7 @@ function readSorting(fields: Map<string, unknown>): AssetSorting | undefined {
   if (value === undefined) return undefined;
   if (!isPlainObject(value)) throw invalidParams('`sortBy` must be an object {sortBy, sortDirection}');
   for (const key of Object.keys(value)) {
-    if (key !== 'sortBy' && key !== 'sortDirection') throw invalidParams(`unknown field \`sortBy.${key}\``);
+    if (key !== 'sortBy' && key !== 'sortDirection') throw invalidParams(`unknown field \`sortBy.${quoted(key)}\``);
   }
   const field = value.sortBy;
   if (typeof field !== 'string' || !(ASSET_SORT_FIELDS as readonly string[]).includes(field)) {
@@ -124,6 +140,7 @@ export function parseAssetsByGroupParams(params: unknown): AssetsByGroupQuery {
   const fields = collectFields(params);
   const groupKey = fields.get('groupKey');
   if (typeof groupKey !== 'string') throw invalidParams('`groupKey` is required and must be a string');
+  if (groupKey.length > MAX_GROUP_KEY_LENGTH) throw invalidParams(`\`groupKey\` must be at most ${MAX_GROUP_KEY_LENGTH} characters`);
   const groupValue = fields.get('groupValue');
   if (typeof groupValue !== 'string') throw invalidParams('`groupValue` is required and must be a string');
   const sortBy = readSorting(fields);
@@ -133,10 +150,14 @@ export function parseAssetsByGroupParams(params: unknown): AssetsByGroupQuery {
   const after = readOptionalString(fields, 'after');
   const options = fields.get('options');
   if (options !== undefined && !isPlainObject(options)) throw invalidParams('`options` must be an object');
+  // Passed through untouched, so bounded as a whole (its nesting is bounded by the envelope, server.maxParamsDepth).
+  if (options !== undefined && Buffer.byteLength(JSON.stringify(options)) > MAX_OPTIONS_BYTES) {
+    throw invalidParams(`\`options\` must be at most ${MAX_OPTIONS_BYTES} bytes of JSON`);
+  }
   const cursor = readOptionalString(fields, 'cursor');
 
   // Rule 2: the group value is a public key.
-  if (!isBase58PublicKey(groupValue)) throw dasError(`Pubkey Validation Err: ${groupValue} is invalid`);
+  if (!isBase58PublicKey(groupValue)) throw dasError(`Pubkey Validation Err: ${quoted(groupValue)} is invalid`);
   // Rules 3-5: pagination limits and exclusivity.
   if (limit !== undefined && limit > MAX_LIMIT) {
     throw dasError('Pagination Error. Limit should not be greater than 1000.');
@@ -150,9 +171,10 @@ export function parseAssetsByGroupParams(params: unknown): AssetsByGroupQuery {
     throw dasError('Pagination Sorting Error. Only sorting based on id is supported for this pagination option.');
   }
   // Rule 7: keyset values.
-  if (before !== undefined && !isBase58PublicKey(before)) throw dasError(`Pubkey Validation Err: ${before} is invalid`);
-  if (after !== undefined && !isBase58PublicKey(after)) throw dasError(`Pubkey Validation Err: ${after} is invalid`);
-  if (cursor !== undefined && !isBase58(cursor)) throw dasError(`Cursor Validation Err: ${cursor} is invalid`);
+  // Public keys are length-checked before any decoding (isBase58PublicKey); so is a cursor here.
+  if (before !== undefined && !isBase58PublicKey(before)) throw dasError(`Pubkey Validation Err: ${quoted(before)} is invalid`);
+  if (after !== undefined && !isBase58PublicKey(after)) throw dasError(`Pubkey Validation Err: ${quoted(after)} is invalid`);
+  if (cursor !== undefined && (cursor.length > MAX_CURSOR_LENGTH || !isBase58(cursor))) throw dasError(`Cursor Validation Err: ${quoted(cursor)} is invalid`);
 
   const query: AssetsByGroupQuery = { groupKey, groupValue };
   if (sortBy !== undefined) query.sortBy = sortBy;

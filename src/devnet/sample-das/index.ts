@@ -10,3 +10,4 @@ export {
 } from './dataset.js';
 export { DEFAULT_LIMIT, createSampleDasIndex, queryAssetsByGroup, type AssetsByGroupResult, type SampleDasIndex } from './query.js';
 export { startSampleDasServer, type SampleDasServer, type SampleDasServerOptions } from './server.js';
+export { startSampleDasThread, type SampleDasThread } from './thread.js';
