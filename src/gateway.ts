@@ -6,14 +6,14 @@ import { createAdminService } from './admin/admin-service.js';
 import { createAuthenticator } from './auth/authenticator.js';
 import { createBlockCache, createDisabledBlockCache } from './cache/block-cache.js';
 import { collectConfigSecrets } from './config/secrets.js';
-import { createLogger, type Logger } from './logging/logger.js';
+import { createLogger, logScrubber, type Logger } from './logging/logger.js';
 import { createMeter } from './metering/meter.js';
 import { createRequestRecorder } from './metrics/record.js';
 import { createMetrics } from './metrics/metrics.js';
 import { recordUpstreamState } from './metrics/upstream-state.js';
 import { createCallExecutor } from './server/call-executor.js';
 import { buildNetworkSet, type NetworkSet } from './server/network-runtime.js';
-import { createRpcHandler } from './server/rpc-handler.js';
+import { createRpcHandler, rpcServerOptions } from './server/rpc-handler.js';
 import { openStore, type Store } from './store/index.js';
 
 /**
@@ -80,6 +80,8 @@ function closeServer(server: Server): Promise<void> {
 export async function startGateway(config: GatewayConfig, options: GatewayOptions = {}): Promise<RunningGateway> {
   const now = options.now ?? Date.now;
   const logger = options.logger ?? createLogger({ secrets: [...collectConfigSecrets(config), ...(config.admin.token ? [config.admin.token] : [])] });
+  // Known secrets are scrubbed from error text and refused as request ids, whoever made the logger.
+  logScrubber(logger).add([...collectConfigSecrets(config), ...(config.admin.token ? [config.admin.token] : [])]);
   const ownsStore = options.store === undefined;
   const store =
     options.store ??
@@ -134,44 +136,40 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   let networks = buildNetworks(config);
   let draining = false;
 
-  const rpcServer = createServer(
-    {
-      keepAliveTimeout: config.server.keepAliveTimeoutMs,
-      // Bound slow clients: headers within 30 s, whole request within 60 s.
-      headersTimeout: 30_000,
-      requestTimeout: 60_000,
-    },
-    createRpcHandler({
-      server: config.server,
-      authenticator,
-      executor: createCallExecutor({
-        meter,
-        cache,
-        now,
-        failOpen: config.store.driver === 'redis' && config.store.failOpen,
-        onStoreError: (error) => {
-          metrics.storeErrors.inc();
-          // One log line per burst: a Redis outage would otherwise log every request.
-          if (Date.now() - lastStoreErrorLog > STORE_ERROR_LOG_INTERVAL_MS) {
-            lastStoreErrorLog = Date.now();
-            logger.error({ err: error }, 'the store is unreachable; answering per the store failure policy');
-          }
-        },
-        onCacheLookup: (network, hit) => metrics.cacheLookups.add(1, network, hit ? 'hit' : 'miss'),
-      }),
+  const rpcHandler = createRpcHandler({
+    server: config.server,
+    authenticator,
+    executor: createCallExecutor({
       meter,
+      cache,
       now,
-      logger,
-      acquireNetworks: () => acquireNetworks(),
-      // While draining, every response tells its keep-alive client to close, so the drain ends
-      // with the last response rather than a keep-alive timeout.
-      draining: () => draining,
-      onFinished: (ctx, set) => {
-        releaseNetworks(set);
-        recordRequest(ctx);
+      failOpen: config.store.driver === 'redis' && config.store.failOpen,
+      onStoreError: (error) => {
+        metrics.storeErrors.inc();
+        // One log line per burst: a Redis outage would otherwise log every request.
+        if (Date.now() - lastStoreErrorLog > STORE_ERROR_LOG_INTERVAL_MS) {
+          lastStoreErrorLog = Date.now();
+          logger.error({ err: error }, 'the store is unreachable; answering per the store failure policy');
+        }
       },
+      onCacheLookup: (network, hit) => metrics.cacheLookups.add(1, network, hit ? 'hit' : 'miss'),
     }),
-  );
+    meter,
+    now,
+    logger,
+    acquireNetworks: () => acquireNetworks(),
+    // While draining, every response tells its keep-alive client to close, so the drain ends
+    // with the last response rather than a keep-alive timeout.
+    draining: () => draining,
+    onFinished: (ctx, set) => {
+      releaseNetworks(set);
+      recordRequest(ctx);
+    },
+  });
+  // Node's header and request timeouts, checked every second (docs/security.md), and a JSON-RPC
+  // answer for bytes its HTTP parser refuses.
+  const rpcServer = createServer(rpcServerOptions(config.server), rpcHandler);
+  rpcServer.on('clientError', rpcHandler.clientError);
 
   // Each request holds the network set it started on. A set replaced by a reload is closed only
   // once the last request that started on it is done, so a request in flight keeps the pools of
@@ -219,6 +217,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     const previous = networks;
     networks = buildNetworks(next);
     current = { ...current, networks: next.networks };
+    logScrubber(logger).add(collectConfigSecrets(next));
     metrics.configReloads.inc({ result: 'ok' });
     logger.info({ networks: [...networks.byId.keys()] }, 'config reloaded: networks, upstreams and costs');
     // Requests already running hold the previous set; its pools close once they finish.

@@ -141,6 +141,17 @@ export const configSchema = z
         maxBodyBytes: positiveInt.default(1024 * 1024),
         /** Batches with more items than this get one `-32600` error. */
         maxBatchItems: positiveInt.default(100),
+        /**
+         * Deepest nesting of arrays and objects in one call's params (params itself is level 1);
+         * deeper params get `-32602` naming the field. Keeps every input away from recursion limits.
+         */
+        maxParamsDepth: positiveInt.max(100_000).default(64),
+        /** Largest params of one call (batch item) in bytes of JSON; larger get `-32602`. */
+        maxParamsBytes: positiveInt.default(512 * 1024),
+        /** A client must send its request line and headers within this (else 408 and the connection closes). */
+        headersTimeoutMs: positiveInt.default(30_000),
+        /** A client must send its whole request, headers and body, within this (else 408). At least `headersTimeoutMs`. */
+        receiveTimeoutMs: positiveInt.default(60_000),
         /** Idle keep-alive connections are closed after this long. */
         keepAliveTimeoutMs: positiveInt.default(65_000),
         /** On SIGTERM, how long in-flight requests may take to finish before connections are cut. */
@@ -191,6 +202,9 @@ export const configSchema = z
     networks: z.array(networkSchema).min(1),
   })
   .superRefine((config, ctx) => {
+    if (config.server.headersTimeoutMs > config.server.receiveTimeoutMs) {
+      ctx.addIssue({ code: 'custom', path: ['server', 'headersTimeoutMs'], message: 'must not exceed server.receiveTimeoutMs' });
+    }
     const seen = new Set<string>();
     config.networks.forEach((network, index) => {
       if (seen.has(network.id)) {

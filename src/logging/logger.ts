@@ -1,65 +1,76 @@
 import pino, { type Logger } from 'pino';
+import { createSecretScrubber, DEFAULT_MAX_LENGTH, type SecretScrubber } from './redaction.js';
 
 export type { Logger };
+export { bounded, methodForLog, pathForLog, type SecretScrubber } from './redaction.js';
 
 /**
- * Strings that must never reach a log line: API key secrets in request paths, credentials in
- * upstream URLs, the admin token. Request paths are logged only after {@link redactKeyPath}.
+ * pino JSON lines. Errors are logged with pino's standard serializer (type, message, stack and
+ * the `cause` chain), scrubbed of secrets and bounded at this edge; fields that would hold a
+ * credential if anyone logged them are censored by pino's `redact` paths. Request fields are
+ * built secret-free by the request handler (see ./redaction.ts); nothing else runs over every
+ * line.
  */
-const CREDENTIAL_IN_URL = /(\/\/)[^/@\s]+@/g;
-const KEY_IN_PATH = /(\/v3\/)[^/?#\s]+/g;
-const SECRET_LIKE = /tg_[A-Za-z0-9_-]{20,}/g;
-/** The same in a percent-encoded path (`tg%5F...`). */
-const ESCAPED_SECRET_LIKE = /tg%5F[A-Za-z0-9_%-]{20,}/gi;
 
-/** Removes every secret-looking part of a free-form string (error messages, URLs, paths). */
-export function redactSecrets(text: string, extraSecrets: readonly string[] = []): string {
-  let redacted = text.replace(CREDENTIAL_IN_URL, '$1[redacted]@').replace(KEY_IN_PATH, '$1[redacted]').replace(SECRET_LIKE, '[redacted]');
-  for (const secret of extraSecrets) {
-    if (secret.length >= 8) redacted = redacted.split(secret).join('[redacted]');
+/** Fields censored wherever a log call passes them. */
+const REDACT_PATHS = ['apiKey', 'secret', 'token', 'adminToken', 'authorization', 'headers.authorization', 'headers.cookie'];
+
+/** Properties of errors that carry raw bytes of a request (Node's HTTP parser errors): never logged. */
+const RAW_ERROR_PROPERTIES = new Set(['rawPacket']);
+const MAX_ERROR_DEPTH = 4;
+const MAX_ERROR_ENTRIES = 32;
+
+/** A serialised error with every string scrubbed and bounded, buffers reduced to their size. */
+function scrubErrorValue(value: unknown, scrubber: SecretScrubber, depth: number): unknown {
+  if (typeof value === 'string') return scrubber.scrub(value, DEFAULT_MAX_LENGTH);
+  if (value === null || typeof value !== 'object') return value;
+  if (ArrayBuffer.isView(value)) return `[${value.byteLength} bytes]`;
+  if (depth >= MAX_ERROR_DEPTH) return '[…]';
+  if (Array.isArray(value)) return value.slice(0, MAX_ERROR_ENTRIES).map((entry) => scrubErrorValue(entry, scrubber, depth + 1));
+  const out: Record<string, unknown> = {};
+  let entries = 0;
+  for (const [key, entry] of Object.entries(value)) {
+    if (RAW_ERROR_PROPERTIES.has(key)) continue;
+    if (++entries > MAX_ERROR_ENTRIES) break;
+    out[key] = scrubErrorValue(entry, scrubber, depth + 1);
   }
-  return redacted;
-}
-
-/**
- * A request path as it may be logged. Besides `/v3/<key>`, a secret anywhere else in the path is
- * scrubbed too: a client that mistypes the path (`/v2/<key>`, a wrong prefix) still sends its key.
- */
-export function redactKeyPath(path: string): string {
-  return path.replace(KEY_IN_PATH, '$1[redacted]').replace(SECRET_LIKE, '[redacted]').replace(ESCAPED_SECRET_LIKE, '[redacted]');
+  return out;
 }
 
 export interface LoggerOptions {
   level?: string;
   /** Where lines go; a test passes a stream to capture them. Defaults to stdout. */
   destination?: pino.DestinationStream;
-  /** Known secrets (upstream URL query keys, header values, the admin token) to scrub from messages. */
+  /** Known secrets (upstream URL credentials, header values, the admin token) to scrub from error text. */
   secrets?: readonly string[];
 }
 
+const scrubbers = new WeakMap<Logger, SecretScrubber>();
+/** For loggers not made by {@link createLogger}: key shapes and URL credentials only. */
+const fallbackScrubber = createSecretScrubber();
+
+/**
+ * The scrubber behind a logger made by {@link createLogger}: the gateway adds the secrets of its
+ * config (and of each reload) to it, and asks it whether a client-chosen request id holds one.
+ */
+export function logScrubber(logger: Logger): SecretScrubber {
+  return scrubbers.get(logger) ?? fallbackScrubber;
+}
+
 export function createLogger(options: LoggerOptions = {}): Logger {
-  const secrets = options.secrets ?? [];
-  return pino(
+  const scrubber = createSecretScrubber(options.secrets ?? []);
+  const logger = pino(
     {
       level: options.level ?? process.env.TOLLGATE_LOG_LEVEL ?? 'info',
       base: undefined,
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },
-      // Error messages can embed URLs (undici puts the origin in some); scrub them on the way out.
-      serializers: {
-        err: (error: Error) => ({
-          type: error.name,
-          message: redactSecrets(error.message, secrets),
-          code: (error as { code?: unknown }).code,
-        }),
-      },
-      hooks: {
-        logMethod(args, method) {
-          const scrubbed = args.map((arg) => (typeof arg === 'string' ? redactSecrets(arg, secrets) : arg));
-          method.apply(this, scrubbed as Parameters<typeof method>);
-        },
-      },
+      redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+      // Error messages can embed URLs (undici puts the origin in some) and upstream text.
+      serializers: { err: (error: unknown) => scrubErrorValue(pino.stdSerializers.err(error as Error), scrubber, 0) },
     },
     options.destination ?? pino.destination({ sync: false }),
   );
+  scrubbers.set(logger, scrubber);
+  return logger;
 }

@@ -1,5 +1,5 @@
 import { GatewayError } from '../errors.js';
-import { errorReply, type JsonRpcId, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
+import { errorReply, type IdText, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
 import type { PreparedCall } from '../methods/registry.js';
 import { dehydrateBlock, type BlockCache } from '../cache/block-cache.js';
 import { createSingleFlight } from '../cache/single-flight.js';
@@ -11,17 +11,35 @@ import type { RequestContext } from './context.js';
 import type { NetworkRuntime } from './network-runtime.js';
 
 /**
- * One JSON-RPC call, from params to reply:
- *   validate → (cache hit | local answer → charge) or (reserve → forward with failover → settle | refund).
+ * One JSON-RPC call, in two steps so that nothing is charged for an answer no one receives:
+ *   execute: validate → (cache hit | local answer) or (reserve → forward with failover → refund if it failed)
+ *   commit:  the client is still there → charge or settle; it left → refund (logged as 499).
  * Charging rule (DESIGN §3): answered calls (results, `null`, cache hits, upstream JSON-RPC
- * errors) cost their price; rejected calls and calls every upstream failed cost nothing. Every
- * failure becomes a reply; nothing here throws except a store outage.
+ * errors) cost their price; rejected calls, calls every upstream failed and answers that could
+ * not be delivered cost nothing. Every failure becomes a reply, an unexpected one (a bug)
+ * `-32603` for that call alone; nothing here throws.
  */
 
 export type CallItem = Extract<RequestItem, { kind: 'call' }>;
 
+/** A call's reply, held until the response is about to be written, with what makes it charged. */
+export type PendingReply =
+  /** Nothing to charge: rejected, refused, failed, or served uncharged while the store is unreachable (fail open). */
+  | { ledger: 'none'; reply: Reply }
+  /** Answered without an upstream call (cache hit, local answer): charged at commit. */
+  | { ledger: 'charge'; reply: Reply; subject: ChargeSubject }
+  /** Forwarded and answered: its reservation is settled at commit, or refunded. */
+  | { ledger: 'settle'; reply: Reply; subject: ChargeSubject; reservationId: string };
+
 export interface CallExecutor {
-  execute(item: CallItem, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): Promise<Reply>;
+  /** Validates, reserves credits and forwards (or answers locally); charges nothing yet. */
+  execute(item: CallItem, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): PendingReply | Promise<PendingReply>;
+  /**
+   * Makes an answer final just before its response is written: charged (or settled) when it can
+   * be delivered, refunded when the client is gone. Returns the reply to send: the answer, or a
+   * refusal when the charge was refused, or a store error when it could not be recorded.
+   */
+  commit(pending: PendingReply, ctx: RequestContext, deliverable: boolean): Reply | Promise<Reply>;
 }
 
 export interface CallExecutorDeps {
@@ -35,6 +53,11 @@ export interface CallExecutorDeps {
   failOpen: boolean;
   onStoreError?: (error: unknown) => void;
   onCacheLookup?: (network: string, hit: boolean) => void;
+}
+
+/** A bug met while handling one call: that call's `-32603`, with the error kept as the cause for the log. */
+export function internalError(error: unknown): GatewayError {
+  return new GatewayError('TG_ERR_INTERNAL', undefined, undefined, undefined, error);
 }
 
 function subjectOf(call: PreparedCall, network: NetworkRuntime, auth: KeyWithTeam, nowMs: number): ChargeSubject {
@@ -104,24 +127,8 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     }
   }
 
-  const storeUnavailable = (id: JsonRpcId): Reply => errorReply(id, new GatewayError('TG_ERR_STORE_UNAVAILABLE'));
-
-  /**
-   * Charges an answer known without an upstream call, then returns it. Written with one `then`
-   * rather than async layers: this is the cache-hit path, where every promise shows.
-   */
-  function chargeAndAnswer(id: JsonRpcId, subject: ChargeSubject, ctx: RequestContext, result: string | Buffer): Promise<Reply> {
-    return meter.charge(subject).then(
-      (charged): Reply => {
-        recordCharge(ctx, subject.method, charged.ok ? subject.cost : 0, charged);
-        return charged.ok ? { id, result } : errorReply(id, refusal(charged, subject, now()));
-      },
-      (error: unknown): Reply => {
-        deps.onStoreError?.(error);
-        return deps.failOpen ? { id, result } : storeUnavailable(id);
-      },
-    );
-  }
+  const storeUnavailable = (id: IdText): Reply => errorReply(id, new GatewayError('TG_ERR_STORE_UNAVAILABLE'));
+  const none = (reply: Reply): PendingReply => ({ ledger: 'none', reply });
 
   async function forward(call: PreparedCall, network: NetworkRuntime, deadline: number): Promise<Answer> {
     if (call.kind !== 'block') return serialised(await network.forwarder.forward(call, deadline));
@@ -151,72 +158,114 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     return { ...answer, bytes: dehydrateBlock(answer.block) ?? answer.bytes };
   }
 
-  function answer(item: CallItem, call: PreparedCall, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): Promise<Reply> {
+  /** Validates and prepares; a cache hit or a local answer is known at once, anything else goes upstream. */
+  function execute(item: CallItem, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): PendingReply | Promise<PendingReply> {
+    let call: PreparedCall;
+    try {
+      // Params over the bounds are only reported for a method this network offers: `-32601` comes first.
+      if (item.paramsError !== undefined && network.methods.has(item.method)) return none(errorReply(item.id, item.paramsError));
+      call = network.methods.prepare(item.method, item.params);
+    } catch (error) {
+      return none(errorReply(item.id, error instanceof GatewayError ? error : internalError(error)));
+    }
     const subject = subjectOf(call, network, auth, now());
-    if (call.kind === 'local') return chargeAndAnswer(item.id, subject, ctx, JSON.stringify(call.result));
+    if (call.kind === 'local') return { ledger: 'charge', reply: { id: item.id, result: JSON.stringify(call.result) }, subject };
     if (call.kind === 'block') {
       const cached = cache.get(network.config.id, call.query.hash, call.query.hydrated);
       deps.onCacheLookup?.(network.config.id, cached !== undefined);
       ctx.cache = cached === undefined ? 'miss' : 'hit';
-      if (cached !== undefined) return chargeAndAnswer(item.id, subject, ctx, cached);
+      if (cached !== undefined) return { ledger: 'charge', reply: { id: item.id, result: cached }, subject };
     }
-    return forwardAndSettle(item, call, network, subject, ctx, deadline);
+    return forwardAndHold(item, call, network, subject, ctx, deadline);
   }
 
-  async function forwardAndSettle(
+  /** Gives a reservation back (now, or once the store answers again). */
+  async function refund(reservationId: string, subject: ChargeSubject, ctx: RequestContext): Promise<void> {
+    const refunded = await ledger(meter.refund(reservationId));
+    if (refunded === undefined) meter.release(reservationId);
+    else recordCharge(ctx, subject.method, 0, refunded);
+  }
+
+  /** Reserves, forwards, and holds the reservation of an answered call until {@link commit}. */
+  async function forwardAndHold(
     item: CallItem,
     call: PreparedCall,
     network: NetworkRuntime,
     subject: ChargeSubject,
     ctx: RequestContext,
     deadline: number,
-  ): Promise<Reply> {
+  ): Promise<PendingReply> {
     const reservationId = meter.newReservationId();
     const reserved = await ledger(meter.reserve(reservationId, subject));
     if (reserved === undefined) {
       // The reserve may have reached the store before the connection failed: give it back later.
       meter.release(reservationId);
-      if (!deps.failOpen) return storeUnavailable(item.id);
+      if (!deps.failOpen) return none(storeUnavailable(item.id));
     } else if (!reserved.ok) {
       recordCharge(ctx, subject.method, 0, reserved);
-      return errorReply(item.id, refusal(reserved, subject, now()));
+      return none(errorReply(item.id, refusal(reserved, subject, now())));
     }
-    const outcome = await forward(call, network, deadline);
+    let outcome: Answer;
+    try {
+      outcome = await forward(call, network, deadline);
+    } catch (error) {
+      // A bug on the way upstream (params no serialiser can take, say): this call alone fails, its credits go back.
+      if (reserved !== undefined) await refund(reservationId, subject, ctx);
+      return none(errorReply(item.id, internalError(error)));
+    }
     ctx.attempts.push(...outcome.attempts);
     if (outcome.kind === 'failed') {
-      if (reserved !== undefined) {
-        const refunded = await ledger(meter.refund(reservationId));
-        if (refunded === undefined) meter.release(reservationId);
-        else recordCharge(ctx, subject.method, 0, refunded);
-      }
-      return errorReply(item.id, outcome.error);
+      if (reserved !== undefined) await refund(reservationId, subject, ctx);
+      return none(errorReply(item.id, outcome.error));
     }
     ctx.upstream = outcome.upstream;
-    if (reserved !== undefined) {
-      const settled = await ledger(meter.settle(reservationId));
-      if (settled === undefined) {
-        // The charge could not be recorded: the answer is not charged, so its credits go back;
-        // failing closed, it is not sent either.
-        meter.release(reservationId);
-        if (!deps.failOpen) return storeUnavailable(item.id);
-      } else {
-        recordCharge(ctx, subject.method, subject.cost, settled);
-      }
+    const reply: Reply = outcome.kind === 'rpc-error' ? { id: item.id, error: outcome.error } : { id: item.id, result: outcome.bytes };
+    // Failing open with the store unreachable: served, not charged.
+    if (reserved === undefined) return none(reply);
+    return { ledger: 'settle', reply, subject, reservationId };
+  }
+
+  /**
+   * Charges an answer known without an upstream call, then returns it. Written with one `then`
+   * rather than async layers: this is the cache-hit path, where every promise shows.
+   */
+  function charge(reply: Reply, subject: ChargeSubject, ctx: RequestContext): Promise<Reply> {
+    return meter.charge(subject).then(
+      (charged): Reply => {
+        recordCharge(ctx, subject.method, charged.ok ? subject.cost : 0, charged);
+        return charged.ok ? reply : errorReply(reply.id, refusal(charged, subject, now()));
+      },
+      (error: unknown): Reply => {
+        deps.onStoreError?.(error);
+        return deps.failOpen ? reply : storeUnavailable(reply.id);
+      },
+    );
+  }
+
+  async function settle(pending: Extract<PendingReply, { ledger: 'settle' }>, ctx: RequestContext): Promise<Reply> {
+    const settled = await ledger(meter.settle(pending.reservationId));
+    if (settled === undefined) {
+      // The charge could not be recorded: the answer is not charged, so its credits go back;
+      // failing closed, it is not sent either.
+      meter.release(pending.reservationId);
+      return deps.failOpen ? pending.reply : storeUnavailable(pending.reply.id);
     }
-    if (outcome.kind === 'rpc-error') return { id: item.id, error: outcome.error };
-    return { id: item.id, result: outcome.bytes };
+    recordCharge(ctx, pending.subject.method, pending.subject.cost, settled);
+    return pending.reply;
   }
 
   return {
-    execute(item, network, auth, ctx, deadline) {
-      let call: PreparedCall;
-      try {
-        call = network.methods.prepare(item.method, item.params);
-      } catch (error) {
-        if (error instanceof GatewayError) return Promise.resolve(errorReply(item.id, error));
-        throw error;
+    execute,
+    commit(pending, ctx, deliverable) {
+      switch (pending.ledger) {
+        case 'none':
+          return pending.reply;
+        case 'charge':
+          return deliverable ? charge(pending.reply, pending.subject, ctx) : pending.reply;
+        case 'settle':
+          if (deliverable) return settle(pending, ctx);
+          return refund(pending.reservationId, pending.subject, ctx).then(() => pending.reply);
       }
-      return answer(item, call, network, auth, ctx, deadline);
     },
   };
 }

@@ -1,3 +1,4 @@
+import type { Socket } from 'node:net';
 import type { Attempt } from '../routing/forward.js';
 import type { GatewayErrorCode } from '../errors.js';
 
@@ -9,6 +10,10 @@ export interface RequestContext {
   requestId: string;
   /** performance.now() at receive. */
   startedAt: number;
+  /** The client's connection: an answer is only charged while it can still be written there. */
+  socket: Socket | undefined;
+  /** Set once the response's head is being written (a late client error must not write another). */
+  responding: boolean;
   networkId?: string;
   teamId?: string;
   keyId?: string;
@@ -32,15 +37,31 @@ export interface RequestContext {
   errorCode?: GatewayErrorCode;
 }
 
-/** The status logged and counted for a request whose client left before sending its body (nginx's 499). */
+/**
+ * The status logged and counted for a request whose client left before its answer could be
+ * written (nginx's 499): mid-body, or while its calls were being answered (they are refunded).
+ */
 export const CLIENT_CLOSED_REQUEST = 499;
 
-export function createRequestContext(requestId: string): RequestContext {
+/**
+ * True when the response can no longer reach the client: the connection was reset or closed, or
+ * the client half-closed it (Node then ends its side too) or sent bytes Node refused (400 and
+ * close). A pipelined request's response is not attached to the socket until its turn, so the
+ * socket is what is asked, not the response.
+ */
+export function clientGone(ctx: RequestContext): boolean {
+  const socket = ctx.socket;
+  return socket !== undefined && (socket.destroyed || !socket.writable);
+}
+
+export function createRequestContext(requestId: string, socket?: Socket): RequestContext {
   // Every field is present from the start, so every context has one hidden class: adding them
   // stage by stage would reshape each object several times per request.
   return {
     requestId,
     startedAt: performance.now(),
+    socket,
+    responding: false,
     networkId: undefined,
     teamId: undefined,
     keyId: undefined,

@@ -1,13 +1,15 @@
-import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, ServerOptions, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
-import { GatewayError, toHttpStatus } from '../errors.js';
-import { errorReply, parseBody, serialiseBatch, serialiseReply, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
+import { ERROR_REGISTRY, GatewayError, toHttpStatus, type GatewayErrorCode } from '../errors.js';
+import { errorReply, NULL_ID, parseBody, serialiseBatch, serialiseReply, type EnvelopeLimits, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
 import { checkNetworkAllowed, type Authenticator } from '../auth/authenticator.js';
 import type { GatewayConfig } from '../config/schema.js';
-import { redactKeyPath, type Logger } from '../logging/logger.js';
-import { CLIENT_CLOSED_REQUEST, createRequestContext, type RequestContext } from './context.js';
+import { bounded, logScrubber, methodForLog, pathForLog, type Logger } from '../logging/logger.js';
+import { CLIENT_CLOSED_REQUEST, clientGone, createRequestContext, type RequestContext } from './context.js';
 import { BodyTooLargeError, readBody, RequestClosedError } from './request-reader.js';
-import type { CallExecutor } from './call-executor.js';
+import { internalError, type CallExecutor, type PendingReply } from './call-executor.js';
 import type { Meter } from '../metering/meter.js';
 import { utcDay } from '../metering/meter.js';
 import type { KeyWithTeam } from '../store/index.js';
@@ -16,7 +18,8 @@ import type { NetworkRuntime, NetworkSet } from './network-runtime.js';
 /**
  * The RPC listener's request handler. The stages of a request, in order:
  *   receive → resolve network → authenticate → read + parse body → per item: validate →
- *   (answer locally | forward with failover) → respond → log.
+ *   (answer locally | forward with failover) → commit (charge, or refund if the client left) →
+ *   respond → log.
  * A request rejected as a whole gets one JSON-RPC error object with its HTTP status (DESIGN §2).
  */
 
@@ -35,6 +38,32 @@ export interface RpcHandlerDeps {
   onFinished: (ctx: RequestContext, networks: NetworkSet) => void;
 }
 
+export interface RpcHandler {
+  (req: IncomingMessage, res: ServerResponse): void;
+  /**
+   * The server's `clientError` listener: bytes Node's HTTP parser refuses, headers too large, and
+   * slow clients cut off by `headersTimeoutMs` / `receiveTimeoutMs` get a JSON-RPC error
+   * (400, 431, 408) and the connection is closed.
+   */
+  clientError(error: Error & { code?: string }, socket: Duplex): void;
+}
+
+/**
+ * Node's server options for the RPC listener. Node enforces its header and request timeouts by
+ * checking connections every `connectionsCheckingInterval` (30 s by default, which let a slow
+ * client hold a connection up to 30 s past either bound); checking every second (or a quarter
+ * of the shorter bound, when bounds are that short) keeps the documented bounds within a second.
+ */
+export function rpcServerOptions(server: GatewayConfig['server']): ServerOptions {
+  const shortest = Math.min(server.headersTimeoutMs, server.receiveTimeoutMs);
+  return {
+    keepAliveTimeout: server.keepAliveTimeoutMs,
+    headersTimeout: server.headersTimeoutMs,
+    requestTimeout: server.receiveTimeoutMs,
+    connectionsCheckingInterval: Math.max(10, Math.min(1_000, Math.floor(shortest / 4))),
+  };
+}
+
 /** Metrics outcome of one reply: `ok`, `upstream_error` (passed through), or the gateway error's code. */
 function outcomeOf(reply: Reply): string {
   if ('result' in reply) return 'ok';
@@ -49,6 +78,10 @@ function headerList(headers: Readonly<Record<string, string>> | undefined): stri
 }
 
 const REQUEST_ID_HEADER = /^[A-Za-z0-9._:-]{1,128}$/;
+/** Logged user agents are cut here: enough to tell clients apart. */
+const MAX_LOGGED_USER_AGENT = 200;
+/** Attempt reasons come from upstream behaviour (status codes, error codes): cut defensively. */
+const MAX_LOGGED_REASON = 64;
 
 function isJsonContentType(header: string | undefined): boolean {
   if (header === undefined) return false;
@@ -57,14 +90,57 @@ function isJsonContentType(header: string | undefined): boolean {
   return mediaType === 'application/json' || (mediaType.startsWith('application/') && mediaType.endsWith('+json'));
 }
 
-export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
+/** The path prefixes of a network set's base URLs, longest first (what a logged path keeps). */
+const prefixCache = new WeakMap<NetworkSet, string[]>();
+function prefixesOf(networks: NetworkSet): string[] {
+  let prefixes = prefixCache.get(networks);
+  if (prefixes === undefined) {
+    const found = new Set<string>();
+    for (const runtime of networks.byId.values()) {
+      for (const baseUrl of runtime.config.baseUrls) {
+        const slash = baseUrl.indexOf('/');
+        if (slash >= 0) found.add(baseUrl.slice(slash));
+      }
+    }
+    prefixes = [...found].sort((a, b) => b.length - a.length);
+    prefixCache.set(networks, prefixes);
+  }
+  return prefixes;
+}
+
+/** Status line reasons of the statuses a client error is answered with. */
+const CLIENT_ERROR_REASONS: Record<number, string> = { 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' };
+
+function clientErrorCode(code: string | undefined): GatewayErrorCode {
+  if (code === 'ERR_HTTP_REQUEST_TIMEOUT') return 'TG_ERR_REQUEST_TIMEOUT';
+  if (code === 'HPE_HEADER_OVERFLOW') return 'TG_ERR_HEADERS_TOO_LARGE';
+  return 'TG_ERR_BAD_HTTP';
+}
+
+/** The request on a connection whose response has not been written yet, for a client error to annotate. */
+const PENDING_REQUEST = Symbol('tollgate.pendingRequest');
+type TrackedSocket = Socket & { [PENDING_REQUEST]?: RequestContext };
+
+export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
   const { server: serverConfig, logger } = deps;
+  const scrubber = logScrubber(logger);
+  const limits: EnvelopeLimits = {
+    maxBatchItems: serverConfig.maxBatchItems,
+    maxParamsDepth: serverConfig.maxParamsDepth,
+    maxParamsBytes: serverConfig.maxParamsBytes,
+  };
 
   /**
    * Writes the response. Headers go to `writeHead` as a flat `[name, value, ...]` list: with an
    * object, building and reshaping it cost ~5% of a cache hit's instructions (docs/benchmarks.md).
+   * A response whose client is gone is not written: the request is logged as 499.
    */
   function send(res: ServerResponse, ctx: RequestContext, status: number, body: Buffer | undefined, headers: string[] = []): void {
+    ctx.responding = true;
+    if (clientGone(ctx)) {
+      ctx.httpStatus = CLIENT_CLOSED_REQUEST;
+      return;
+    }
     ctx.httpStatus = status;
     headers.push('x-request-id', ctx.requestId);
     if (body !== undefined) headers.push('content-type', 'application/json', 'content-length', String(body.length));
@@ -73,9 +149,9 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
     res.end(body);
   }
 
-  function reject(res: ServerResponse, ctx: RequestContext, error: GatewayError, id: Reply['id'] = null): void {
+  function reject(res: ServerResponse, ctx: RequestContext, error: GatewayError): void {
     ctx.errorCode = error.code;
-    send(res, ctx, toHttpStatus(error), serialiseReply(errorReply(id, error)), headerList(error.headers));
+    send(res, ctx, toHttpStatus(error), serialiseReply(errorReply(NULL_ID, error)), headerList(error.headers));
   }
 
   /** X-Credits-Cost and X-Credits-Remaining for an authenticated request (the team's balance after it). */
@@ -113,12 +189,17 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
     if (resolved.kind === 'missing-key' || resolved.value.apiKey === undefined) {
       return reject(res, ctx, new GatewayError('TG_ERR_MISSING_KEY'));
     }
+    const apiKey = resolved.value.apiKey;
+    // A client that sends its own key (even without the `tg_` prefix) as its request id does not get it logged.
+    if (ctx.requestId.length >= 16 && apiKey.length >= 16 && ctx.requestId.includes(apiKey.startsWith('tg_') ? apiKey.slice(3) : apiKey)) {
+      ctx.requestId = nextRequestId();
+    }
     if (!isJsonContentType(headers['content-type'])) {
       return reject(res, ctx, new GatewayError('TG_ERR_MEDIA_TYPE'));
     }
 
     // Authenticate before reading the body: unknown keys cost no parsing.
-    const authenticated = deps.authenticator.authenticate(resolved.value.apiKey);
+    const authenticated = deps.authenticator.authenticate(apiKey);
     const auth = authenticated instanceof Promise ? await authenticated : authenticated;
     ctx.keyId = auth.key.id;
     ctx.teamId = auth.team.id;
@@ -143,27 +224,36 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
         return rejectWithCredits(new GatewayError('TG_ERR_BODY_TOO_LARGE', `request body larger than ${serverConfig.maxBodyBytes} bytes`));
       }
       if (error instanceof RequestClosedError) {
-        // Nothing was executed or charged and no one is left to answer: logged and counted as 499.
-        ctx.httpStatus = CLIENT_CLOSED_REQUEST;
+        // Nothing was executed or charged and no one is left to answer: logged and counted as 499
+        // (or as the 408 a slow client was cut off with, see `clientError`).
+        if (ctx.errorCode === undefined) ctx.httpStatus = CLIENT_CLOSED_REQUEST;
         return;
       }
       throw error;
     }
 
-    const parsed = parseBody(body, serverConfig.maxBatchItems);
+    const parsed = parseBody(body, limits);
     if (parsed.kind === 'rejected') return rejectWithCredits(parsed.error);
+    // Gone already (reset, half-closed, or refused bytes after its body): nothing is worth sending upstream.
+    if (clientGone(ctx)) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
 
     // The injected clock, like every deadline check downstream (forwarder, single-flight).
     const deadline = deps.now() + network.config.requestTimeoutMs;
     if (parsed.kind === 'single') {
       // Its own path, without the batch's arrays and closures: every cache hit comes this way.
       const { item } = parsed;
-      if (item.kind !== 'invalid') ctx.methods.push(item.method);
-      const reply = await executeItem(item, network, auth, ctx, deadline);
-      if (reply !== undefined) recordCall(item, reply, network, ctx);
+      if (item.kind !== 'invalid') ctx.methods.push(methodForLog(item.method, network.methods.has(item.method)));
+      const pending = executeItem(item, network, auth, ctx, deadline);
+      const executed = pending instanceof Promise ? await pending : pending;
+      if (executed === undefined) return send(res, ctx, 204, undefined, await creditHeaders(auth, ctx)); // a notification
+      // Charged only if it can still be delivered; a client gone by now gets its credits back.
+      const deliverable = !clientGone(ctx);
+      const committed = deps.executor.commit(executed, ctx, deliverable);
+      const reply = committed instanceof Promise ? await committed : committed;
+      if (!deliverable) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
+      recordCall(item, reply, network, ctx);
       const credits = creditHeaders(auth, ctx);
       const responseHeaders = credits instanceof Promise ? await credits : credits;
-      if (reply === undefined) return send(res, ctx, 204, undefined, responseHeaders); // a notification
       let status = 200;
       if ('error' in reply && reply.gatewayError !== undefined) {
         ctx.errorCode = reply.gatewayError.code;
@@ -176,8 +266,12 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
 
     const { items } = parsed;
     ctx.batchSize = items.length;
-    for (const item of items) if (item.kind !== 'invalid') ctx.methods.push(item.method);
-    const replies = await Promise.all(items.map((item) => executeItem(item, network, auth, ctx, deadline)));
+    for (const item of items) if (item.kind !== 'invalid') ctx.methods.push(methodForLog(item.method, network.methods.has(item.method)));
+    const executed = await Promise.all(items.map((item) => executeItem(item, network, auth, ctx, deadline)));
+    // Every item is committed at once, just before the one response that carries them all.
+    const deliverable = !clientGone(ctx);
+    const replies = await Promise.all(executed.map((pending) => (pending === undefined ? undefined : deps.executor.commit(pending, ctx, deliverable))));
+    if (!deliverable) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
     const answered: Reply[] = [];
     items.forEach((item, index) => {
       const reply = replies[index];
@@ -196,22 +290,33 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
   function recordCall(item: RequestItem, reply: Reply, network: NetworkRuntime, ctx: RequestContext): void {
     const method = item.kind === 'call' && network.methods.has(item.method) ? item.method : 'other';
     ctx.calls.push({ method, outcome: outcomeOf(reply) });
+    // A bug met by one call is that call's -32603; the log keeps the error with its stack and cause.
+    if ('error' in reply && reply.gatewayError?.code === 'TG_ERR_INTERNAL') {
+      logger.error({ err: reply.gatewayError, requestId: ctx.requestId, method: item.kind === 'call' ? methodForLog(item.method, method !== 'other') : undefined }, 'call failed unexpectedly');
+    }
   }
 
+  /** One item's pending reply; an unexpected failure becomes this item's -32603 and never its siblings'. */
   function executeItem(
     item: RequestItem,
     network: NetworkRuntime,
     auth: KeyWithTeam,
     ctx: RequestContext,
     deadline: number,
-  ): Promise<Reply | undefined> | Reply | undefined {
+  ): Promise<PendingReply | undefined> | PendingReply | undefined {
     switch (item.kind) {
       case 'notification':
         return undefined;
       case 'invalid':
-        return errorReply(item.id, item.error);
+        return { ledger: 'none', reply: errorReply(item.id, item.error) };
       case 'call':
-        return deps.executor.execute(item, network, auth, ctx, deadline);
+        try {
+          const pending = deps.executor.execute(item, network, auth, ctx, deadline);
+          if (!(pending instanceof Promise)) return pending;
+          return pending.catch((error: unknown): PendingReply => ({ ledger: 'none', reply: errorReply(item.id, internalError(error)) }));
+        } catch (error) {
+          return { ledger: 'none', reply: errorReply(item.id, internalError(error)) };
+        }
     }
   }
 
@@ -219,14 +324,25 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
   // cheaper than a UUID per request). A well-formed incoming X-Request-Id is kept instead.
   const requestIdPrefix = `${randomBytes(6).toString('hex')}-`;
   let requestCounter = 0;
+  const nextRequestId = (): string => requestIdPrefix + (requestCounter++).toString(36);
 
-  function finish(req: IncomingMessage, ctx: RequestContext, networks: NetworkSet): void {
+  /** The client's X-Request-Id if it is well-formed and holds no secret (a key, the admin token), else one of ours. */
+  function requestIdOf(incoming: string | string[] | undefined): string {
+    if (typeof incoming === 'string' && REQUEST_ID_HEADER.test(incoming) && !scrubber.contains(incoming)) return incoming;
+    return nextRequestId();
+  }
+
+  function finish(req: IncomingMessage, headers: IncomingHttpHeaders, ctx: RequestContext, networks: NetworkSet): void {
+    const socket = ctx.socket as TrackedSocket | undefined;
+    if (socket !== undefined && socket[PENDING_REQUEST] === ctx) socket[PENDING_REQUEST] = undefined;
     // Building the line costs more than a disabled level check (see docs/benchmarks.md).
     if (logger.isLevelEnabled('info')) {
+      // Every string here is either ours, config text, or bounded and scrubbed (docs/security.md).
+      const userAgent = headers['user-agent'];
       logger.info(
         {
           requestId: ctx.requestId,
-          path: redactKeyPath(req.url ?? ''),
+          path: pathForLog(req.url ?? '', prefixesOf(networks)),
           network: ctx.networkId,
           teamId: ctx.teamId,
           keyId: ctx.keyId,
@@ -237,7 +353,8 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
           credits: ctx.creditsCharged,
           cache: ctx.cache,
           upstream: ctx.upstream,
-          attempts: ctx.attempts.length > 0 ? ctx.attempts : undefined,
+          attempts: ctx.attempts.length > 0 ? boundedAttempts(ctx) : undefined,
+          userAgent: userAgent === undefined ? undefined : scrubber.scrub(userAgent, MAX_LOGGED_USER_AGENT),
           durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
         },
         'request',
@@ -246,25 +363,59 @@ export function createRpcHandler(deps: RpcHandlerDeps): (req: IncomingMessage, r
     deps.onFinished(ctx, networks);
   }
 
-  return (req, res) => {
+  function boundedAttempts(ctx: RequestContext): RequestContext['attempts'] {
+    if (ctx.attempts.every((attempt) => attempt.reason.length <= MAX_LOGGED_REASON)) return ctx.attempts;
+    return ctx.attempts.map((attempt) => ({ ...attempt, reason: bounded(attempt.reason, MAX_LOGGED_REASON) }));
+  }
+
+  const handler = ((req, res) => {
     // `req.headers` is a getter with a cost: read once, passed along.
     const headers = req.headers;
-    const incomingId = headers['x-request-id'];
-    const requestId = typeof incomingId === 'string' && REQUEST_ID_HEADER.test(incomingId) ? incomingId : requestIdPrefix + (requestCounter++).toString(36);
-    const ctx = createRequestContext(requestId);
+    const socket: TrackedSocket = req.socket;
+    const ctx = createRequestContext(requestIdOf(headers['x-request-id']), socket);
+    socket[PENDING_REQUEST] = ctx;
     const networks = deps.acquireNetworks();
     handle(req, headers, res, ctx, networks).then(
-      () => finish(req, ctx, networks),
+      () => finish(req, headers, ctx, networks),
       (error: unknown) => {
         if (error instanceof GatewayError) {
           reject(res, ctx, error);
         } else {
-          logger.error({ err: error, requestId }, 'request failed unexpectedly');
-          if (!res.headersSent) reject(res, ctx, new GatewayError('TG_ERR_INTERNAL'));
+          logger.error({ err: error, requestId: ctx.requestId }, 'request failed unexpectedly');
+          if (!res.headersSent) reject(res, ctx, new GatewayError('TG_ERR_INTERNAL', undefined, undefined, undefined, error));
           else res.destroy();
         }
-        finish(req, ctx, networks);
+        finish(req, headers, ctx, networks);
       },
     );
+  }) as RpcHandler;
+
+  handler.clientError = (error, socket) => {
+    const tracked = socket as TrackedSocket;
+    const pending = tracked[PENDING_REQUEST];
+    // A reset or a socket already closed: there is no one to answer.
+    if (error.code === 'ECONNRESET' || !socket.writable) return void socket.destroy();
+    // The response of the request in flight has started: another one cannot be written in its middle.
+    if (pending?.responding === true) return void socket.destroy();
+    const code = clientErrorCode(error.code);
+    const status = ERROR_REGISTRY[code].httpStatus;
+    const requestId = pending?.requestId ?? nextRequestId();
+    const body = serialiseReply(errorReply(NULL_ID, new GatewayError(code)));
+    const head = `HTTP/1.1 ${status} ${CLIENT_ERROR_REASONS[status] ?? 'Bad Request'}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nX-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n`;
+    socket.write(Buffer.concat([Buffer.from(head, 'latin1'), body]));
+    // Like Node's own handler, the connection is done; unlike it, only once the answer is flushed.
+    if ('destroySoon' in socket) (socket as Socket).destroySoon();
+    else socket.destroy();
+    if (pending !== undefined && code === 'TG_ERR_REQUEST_TIMEOUT') {
+      // The slow request itself is logged (once) by its own handler, with this status.
+      pending.httpStatus = status;
+      pending.errorCode = code;
+      return;
+    }
+    if (pending !== undefined) return; // bytes after a request: that request is logged as 499 when it finds its client gone
+    if (logger.isLevelEnabled('info')) {
+      logger.info({ requestId, status, error: code, reason: bounded(error.code ?? 'unknown', MAX_LOGGED_REASON) }, 'request');
+    }
   };
+  return handler;
 }

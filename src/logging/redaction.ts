@@ -1,0 +1,101 @@
+import { hash } from 'node:crypto';
+
+/**
+ * What may reach a log line from the outside, in one place. Request fields are logged in shapes
+ * that cannot carry a secret (a path cut after the network prefix, a method name from the
+ * catalogue or a hash, a request id checked against every known secret); free-form text (error
+ * messages and stacks, an upstream's words, a user agent) goes through one {@link SecretScrubber}
+ * and is bounded in length.
+ */
+
+const REDACTED = '[redacted]';
+/** Issued API keys are `tg_` + 32 base64url characters; anything shaped like one is treated as one. */
+const KEY_SHAPED = /tg_[A-Za-z0-9_-]{20,}/g;
+/** The same, percent-encoded (`tg%5F…`). */
+const ESCAPED_KEY_SHAPED = /tg%5F[A-Za-z0-9_%-]{20,}/gi;
+/** `scheme://user:password@host`: credentials in a URL. */
+const CREDENTIAL_IN_URL = /(\/\/)[^/@\s]+@/g;
+/** The same patterns without the global flag, for tests that must not keep a `lastIndex`. */
+const HAS_KEY_SHAPED = new RegExp(KEY_SHAPED.source);
+const HAS_ESCAPED_KEY_SHAPED = new RegExp(ESCAPED_KEY_SHAPED.source, 'i');
+const HAS_CREDENTIAL_IN_URL = new RegExp(CREDENTIAL_IN_URL.source);
+/** Known secrets shorter than this are not looked for: too many innocent strings would match. */
+const MIN_SECRET_LENGTH = 8;
+
+export interface SecretScrubber {
+  /**
+   * Adds known secrets (the admin token, upstream URL credentials and header values). Secrets are
+   * never removed: one replaced by a reload may still be quoted by an error of a request in flight.
+   */
+  add(secrets: Iterable<string>): void;
+  /** True when `text` holds a known secret, something shaped like an API key, or URL credentials. */
+  contains(text: string): boolean;
+  /** `text` with every known secret, key-shaped string and URL credential replaced, then bounded to `maxLength`. */
+  scrub(text: string, maxLength?: number): string;
+}
+
+export function createSecretScrubber(initial: Iterable<string> = []): SecretScrubber {
+  /** Longest first, so a secret that contains another is replaced whole. */
+  let secrets: string[] = [];
+  const scrubber: SecretScrubber = {
+    add(more) {
+      const merged = new Set(secrets);
+      for (const secret of more) if (secret.length >= MIN_SECRET_LENGTH) merged.add(secret);
+      secrets = [...merged].sort((a, b) => b.length - a.length);
+    },
+    contains(text) {
+      if (HAS_KEY_SHAPED.test(text) || HAS_ESCAPED_KEY_SHAPED.test(text) || HAS_CREDENTIAL_IN_URL.test(text)) return true;
+      for (const secret of secrets) if (text.includes(secret)) return true;
+      return false;
+    },
+    scrub(text, maxLength = DEFAULT_MAX_LENGTH) {
+      let scrubbed = text.replace(CREDENTIAL_IN_URL, `$1${REDACTED}@`).replace(KEY_SHAPED, REDACTED).replace(ESCAPED_KEY_SHAPED, REDACTED);
+      for (const secret of secrets) if (scrubbed.includes(secret)) scrubbed = scrubbed.split(secret).join(REDACTED);
+      return bounded(scrubbed, maxLength);
+    },
+  };
+  scrubber.add(initial);
+  return scrubber;
+}
+
+/** Free-form text (error messages, stacks) is cut after this many characters. */
+export const DEFAULT_MAX_LENGTH = 4_096;
+
+/** `text`, or its first `maxLength` characters and how many were left out. */
+export function bounded(text: string, maxLength: number): string {
+  return text.length <= maxLength ? text : `${text.slice(0, maxLength)}…(+${text.length - maxLength} chars)`;
+}
+
+/**
+ * A request path as it may be logged: the network prefix it starts with (config text), then
+ * `/v3/[redacted]` where the key's place is, `/[redacted]` for anything else, and `?[redacted]`
+ * for a query string. Nothing a client typed after a prefix reaches a log line, so no key, token
+ * or mistyped secret can, whatever it looks like. `prefixes`: longest first.
+ */
+export function pathForLog(rawUrl: string, prefixes: readonly string[]): string {
+  const queryStart = rawUrl.indexOf('?');
+  const path = queryStart < 0 ? rawUrl : rawUrl.slice(0, queryStart);
+  const query = queryStart < 0 ? '' : `?${REDACTED}`;
+  let prefix = '';
+  for (const candidate of prefixes) {
+    if (path.startsWith(candidate) && (path.length === candidate.length || path.charCodeAt(candidate.length) === 0x2f)) {
+      prefix = candidate;
+      break;
+    }
+  }
+  const rest = prefix.length === 0 ? path : path.slice(prefix.length);
+  let shown: string;
+  if (rest === '' || rest === '/' || rest === '/v3' || rest === '/v3/') shown = rest;
+  else if (rest.startsWith('/v3/')) shown = `/v3/${REDACTED}`;
+  else shown = `/${REDACTED}`;
+  return prefix + shown + query;
+}
+
+/**
+ * A method name as it may be logged: itself when the network offers it, otherwise `other:` and
+ * 8 hex digits of its SHA-256, so that a key pasted as a method name stays unreadable while
+ * repeated unknown names can still be told apart (and the line stays short).
+ */
+export function methodForLog(method: string, offered: boolean): string {
+  return offered ? method : `other:${hash('sha256', method, 'hex').slice(0, 8)}`;
+}
