@@ -14,6 +14,7 @@ import { privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startAnvil, type AnvilNode } from '../src/devnet/anvil.js';
 import { verifyBlock, type BlockVerification } from '../src/verification/block-verifier.js';
+import { orderedTrieRoot } from '../src/verification/ordered-trie.js';
 import { directRpc } from './helpers/anvil.js';
 
 // anvil's first three dev accounts (from its default mnemonic "test test … junk").
@@ -260,6 +261,18 @@ describe.each(FORKS)('$fork blocks', (spec) => {
       expect(await verifyBlock(blob.full, blob.hash, 'header')).toBeUndefined();
       // Every transaction hash (canonical form) verified; only the root differs while anvil has the bug.
       expect(await verifyBlock(blob.full, blob.hash, 'full')).toBe(blob.pooledRoot ? 'transactions root mismatch' : undefined);
+    });
+
+    it("builds the node's own roots from its raw transactions (orderedTrieRoot on real data)", async () => {
+      for (const { full } of verifiable()) {
+        const raws: Uint8Array[] = [];
+        for (const tx of full.transactions) {
+          const raw = (await directRpc(node!.url, 'eth_getRawTransactionByHash', [tx.hash])) as string;
+          raws.push(Buffer.from(raw.slice(2), 'hex'));
+        }
+        expect(toHex(orderedTrieRoot(raws))).toBe(full.transactionsRoot);
+        if (full.withdrawalsRoot !== undefined) expect(toHex(orderedTrieRoot([]))).toBe(full.withdrawalsRoot);
+      }
     });
 
     it('agrees with viem on every transaction hash (the oracle the mutations below rely on)', () => {
