@@ -22,6 +22,10 @@ import { CLI, ROOT, ensureBuilt } from './helpers/build.js';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
 import { startScriptedUpstream, type RpcItem, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
+// The scripted upstreams in this file answer made-up blocks (only their hash is right), so block
+// verification is off on its EVM networks: verification has its own suites (block-verification,
+// right-answers), and this file tests something else.
+
 /** Short, so that a change made behind the gateway's back shows within a test. */
 const KEY_CACHE_TTL_MS = 300;
 /** The upstream answers 500 for this hash: every upstream failed, nothing is charged. */
@@ -99,8 +103,8 @@ beforeAll(async () => {
   tg = await startTestGateway({
     config: { auth: { keyCacheTtlMs: KEY_CACHE_TTL_MS }, cache: { maxBytes: 0 } },
     networks: [
-      { id: 'eth', kind: 'evm', chainId: 1, upstreams: [{ id: 'scripted', url: upstream.url }] },
-      { id: 'base', kind: 'evm', chainId: 8453, upstreams: [{ id: 'scripted', url: upstream.url }] },
+      { id: 'eth', kind: 'evm', verification: 'off', chainId: 1, upstreams: [{ id: 'scripted', url: upstream.url }] },
+      { id: 'base', kind: 'evm', verification: 'off', chainId: 8453, upstreams: [{ id: 'scripted', url: upstream.url }] },
     ],
   });
 });
@@ -151,7 +155,7 @@ describe('teams', () => {
     await store.createTeam({ name: 'ghost', dailyCredits: 1 });
     // The name check misses, as if a replica or the CLI inserted the team just after it.
     const racing: Store = { ...store, findTeam: async (idOrName) => (idOrName === 'ghost' ? null : store.findTeam(idOrName)) };
-    const other = await startTestGateway({ store: racing, networks: [{ id: 'eth', kind: 'evm', chainId: 1, upstreams: [{ id: 'u', url: upstream.url }] }] });
+    const other = await startTestGateway({ store: racing, networks: [{ id: 'eth', kind: 'evm', verification: 'off', chainId: 1, upstreams: [{ id: 'u', url: upstream.url }] }] });
     try {
       const response = await fetch(`${other.gateway.adminOrigin}/v1/teams`, {
         method: 'POST',
@@ -501,7 +505,7 @@ describe('operational routes', () => {
     const raw = {
       server: { host: '127.0.0.1', port: 0 },
       admin: { host: '127.0.0.1', port: 0, token: TEST_ADMIN_TOKEN },
-      networks: [{ id: 'eth', kind: 'evm', chainId: 1, baseUrls: ['*/eth'], upstreams: [{ id: 'u', url: upstream.url }] }],
+      networks: [{ id: 'eth', kind: 'evm', verification: 'off', chainId: 1, baseUrls: ['*/eth'], upstreams: [{ id: 'u', url: upstream.url }] }],
     };
     let next: () => GatewayConfig = () => parseConfig(raw, {}, 'reload test');
     const store = await openStore({ driver: 'sqlite', path: ':memory:' });
@@ -669,7 +673,7 @@ describe('tollgate CLI (--db FILE)', () => {
     try {
       const gateway = await startTestGateway({
         store,
-        networks: [{ id: 'eth', kind: 'evm', chainId: 1, upstreams: [{ id: 'scripted', url: upstream.url }] }],
+        networks: [{ id: 'eth', kind: 'evm', verification: 'off', chainId: 1, upstreams: [{ id: 'scripted', url: upstream.url }] }],
       });
       try {
         for (let i = 0; i < 2; i++) expect((await rpc(gateway.url('eth', created.secret), CHAIN_ID)).status).toBe(200);

@@ -18,6 +18,10 @@ import { useSeededAnvil } from './helpers/anvil.js';
 import { CLI, ROOT, ensureBuilt } from './helpers/build.js';
 import { startScriptedUpstream, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
+// The scripted upstreams in this file answer made-up blocks (only their hash is right), so block
+// verification is off on its EVM networks: verification has its own suites (block-verification,
+// right-answers), and this file tests something else.
+
 const ADMIN_TOKEN = 'crash-test-admin-token-0123456789';
 const BLOCK_COST = 80;
 const CHAIN_ID_COST = 5;
@@ -89,6 +93,7 @@ async function setUp(upstreamUrl: string, dailyCredits: number): Promise<Setup> 
           {
             id: 'eth',
             kind: 'evm',
+            verification: 'off',
             chainId: 31337,
             baseUrls: ['*/eth'],
             // Stalled calls must still be in flight when the process is killed.

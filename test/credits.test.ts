@@ -13,6 +13,10 @@ import type { Store } from '../src/store/index.js';
 import { rpc, startTestGateway, type TestGateway } from './helpers/gateway.js';
 import { startScriptedUpstream, type BehaviourFn, type RpcItem, type ScriptedBehaviour, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
+// The scripted upstreams in this file answer made-up blocks (only their hash is right), so block
+// verification is off on its EVM networks: verification has its own suites (block-verification,
+// right-answers), and this file tests something else.
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
@@ -137,7 +141,7 @@ describe('a daily balance is exact under concurrency (reserve before forwarding)
     // (the block cache stays on with its defaults): no call is a cache hit or a single-flight follower.
     upstream = await scripted(blockUpstream(30));
     tg = await gatewayWith({
-      networks: [{ id: 'eth', kind: 'evm', chainId: 1, upstreams: [{ id: 'u1', url: upstream.url }] }],
+      networks: [{ id: 'eth', kind: 'evm', verification: 'off', chainId: 1, upstreams: [{ id: 'u1', url: upstream.url }] }],
       dailyCredits: 8_000,
       now: clock.now,
     });
@@ -257,17 +261,18 @@ describe('charging rule: answers cost their price, rejections and upstream failu
     priced = await scripted(blockUpstream(0));
     tg = await gatewayWith({
       networks: [
-        { id: 'eth', kind: 'evm', chainId: 1, upstreams: [{ id: 'main', url: main.url }], methods: { eth_blockNumber: 10 } },
+        { id: 'eth', kind: 'evm', verification: 'off', chainId: 1, upstreams: [{ id: 'main', url: main.url }], methods: { eth_blockNumber: 10 } },
         {
           id: 'eth-down',
           kind: 'evm',
+          verification: 'off',
           chainId: 1,
           upstreams: [
             { id: 'down-a', url: down[0]!.url },
             { id: 'down-b', url: down[1]!.url },
           ],
         },
-        { id: 'eth-priced', kind: 'evm', chainId: 1, upstreams: [{ id: 'priced', url: priced.url }], methods: { eth_getBlockByHash: 100 } },
+        { id: 'eth-priced', kind: 'evm', verification: 'off', chainId: 1, upstreams: [{ id: 'priced', url: priced.url }], methods: { eth_getBlockByHash: 100 } },
       ],
       now: clock.now,
     });
@@ -447,6 +452,7 @@ describe('credit headers follow the balance exactly', () => {
         {
           id: 'eth',
           kind: 'evm',
+          verification: 'off',
           chainId: 1,
           upstreams: [{ id: 'u1', url: upstream.url }],
           methods: { eth_blockNumber: 10 },
@@ -523,8 +529,8 @@ describe('key settings: daily cap, network allow-list, expiry', () => {
     upstream = await scripted(blockUpstream(0));
     tg = await gatewayWith({
       networks: [
-        { id: 'eth', kind: 'evm', chainId: 1, upstreams: [{ id: 'u1', url: upstream.url }] },
-        { id: 'other', kind: 'evm', chainId: 2, upstreams: [{ id: 'u2', url: upstream.url }] },
+        { id: 'eth', kind: 'evm', verification: 'off', chainId: 1, upstreams: [{ id: 'u1', url: upstream.url }] },
+        { id: 'other', kind: 'evm', verification: 'off', chainId: 2, upstreams: [{ id: 'u2', url: upstream.url }] },
       ],
       now: clock.now,
     });
@@ -601,7 +607,7 @@ describe('the balance resets at 00:00 UTC', () => {
   beforeAll(async () => {
     const upstream = await scripted(blockUpstream(0));
     tg = await gatewayWith({
-      networks: [{ id: 'eth', kind: 'evm', chainId: 1, upstreams: [{ id: 'u1', url: upstream.url }] }],
+      networks: [{ id: 'eth', kind: 'evm', verification: 'off', chainId: 1, upstreams: [{ id: 'u1', url: upstream.url }] }],
       dailyCredits: 160,
       now: clock.now,
     });
@@ -646,7 +652,7 @@ describe('credits-per-second throughput (token bucket, burst = one second of cre
   beforeAll(async () => {
     const upstream = await scripted(blockUpstream(5));
     tg = await gatewayWith({
-      networks: [{ id: 'eth', kind: 'evm', chainId: 1, upstreams: [{ id: 'u1', url: upstream.url }] }],
+      networks: [{ id: 'eth', kind: 'evm', verification: 'off', chainId: 1, upstreams: [{ id: 'u1', url: upstream.url }] }],
       // Key lookups are not cached, so the team's new limit is seen at once.
       config: { auth: { keyCacheTtlMs: 0 } },
       now: clock.now,
@@ -723,7 +729,7 @@ describe('reserve, then settle or refund', () => {
       (received.body as RpcItem).method === 'eth_blockNumber' ? { kind: 'status', status: 500, delayMs: 300 } : blockUpstream(500),
     );
     tg = await gatewayWith({
-      networks: [{ id: 'eth', kind: 'evm', chainId: 1, upstreams: [{ id: 'u1', url: upstream.url }], methods: { eth_blockNumber: 10 } }],
+      networks: [{ id: 'eth', kind: 'evm', verification: 'off', chainId: 1, upstreams: [{ id: 'u1', url: upstream.url }], methods: { eth_blockNumber: 10 } }],
       dailyCredits: 100,
       now: clock.now,
     });

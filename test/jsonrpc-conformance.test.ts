@@ -8,6 +8,10 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vites
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
 import { startScriptedUpstream, type RpcItem, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
+// The scripted upstreams in this file answer made-up blocks (only their hash is right), so block
+// verification is off on its EVM networks: verification has its own suites (block-verification,
+// right-answers), and this file tests something else.
+
 const HASH = `0x${'ab'.repeat(32)}`;
 let hashCounter = 0;
 /** A block hash no earlier test asked for, so the block cache cannot answer in the upstream's place. */
@@ -36,8 +40,8 @@ beforeAll(async () => {
   tg = await startTestGateway({
     config: { server: { host: '127.0.0.1', port: 0, maxBatchItems: MAX_BATCH_ITEMS, maxBodyBytes: MAX_BODY_BYTES } },
     networks: [
-      { id: 'evm', kind: 'evm', chainId: 31337, upstreams: [{ id: 'scripted', url: upstream.url }] },
-      { id: 'evm-host', kind: 'evm', chainId: 31338, baseUrls: ['evm.test.local'], upstreams: [{ id: 'host-scripted', url: hostUpstream.url }] },
+      { id: 'evm', kind: 'evm', verification: 'off', chainId: 31337, upstreams: [{ id: 'scripted', url: upstream.url }] },
+      { id: 'evm-host', kind: 'evm', verification: 'off', chainId: 31338, baseUrls: ['evm.test.local'], upstreams: [{ id: 'host-scripted', url: hostUpstream.url }] },
     ],
   });
   url = tg.url('evm');

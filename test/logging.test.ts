@@ -7,6 +7,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
 import { refusedUrl, startScriptedUpstream, type RpcItem, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
+// The scripted upstreams in this file answer made-up blocks (only their hash is right), so block
+// verification is off on its EVM networks: verification has its own suites (block-verification,
+// right-answers), and this file tests something else.
+
 const URL_USER = 'svc-user';
 const URL_PASSWORD = 's3cretpass';
 const QUERY_SECRET = 'qk_7f9a2c4e8b1d3f5a7c9e0b2d4f6a8c1e';
@@ -46,6 +50,7 @@ describe('request log lines', () => {
         {
           id: 'evm',
           kind: 'evm',
+          verification: 'off',
           chainId: 1,
           upstreams: [
             { id: 'refused', url: withSecrets(refused), headers },
@@ -56,6 +61,7 @@ describe('request log lines', () => {
         {
           id: 'down',
           kind: 'evm',
+          verification: 'off',
           chainId: 1,
           upstreams: [
             { id: 'refused', url: withSecrets(refused), headers },

@@ -8,6 +8,10 @@ import type { Team } from '../src/store/index.js';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
 import { startScriptedUpstream, type RpcItem, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
+// The scripted upstreams in this file answer made-up blocks (only their hash is right), so block
+// verification is off on its EVM networks: verification has its own suites (block-verification,
+// right-answers), and this file tests something else.
+
 interface Sample {
   name: string;
   labels: Record<string, string>;
@@ -90,6 +94,7 @@ describe('GET /metrics after scripted traffic', () => {
         {
           id: 'evm',
           kind: 'evm',
+          verification: 'off',
           chainId: 31337,
           // flaky is first in config order: the first forwarded call tries it, fails, and fails over.
           upstreams: [
@@ -98,7 +103,7 @@ describe('GET /metrics after scripted traffic', () => {
           ],
           methods: { eth_call: 10 },
         },
-        { id: 'down', kind: 'evm', chainId: 1, upstreams: [{ id: 'dead', url: dead.url }] },
+        { id: 'down', kind: 'evm', verification: 'off', chainId: 1, upstreams: [{ id: 'dead', url: dead.url }] },
       ],
     });
     poorTeam = await tg.store.createTeam({ name: 'poor-team', dailyCredits: 50 });

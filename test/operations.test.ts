@@ -21,6 +21,10 @@ import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './hel
 import { CLI, ROOT, ensureBuilt } from './helpers/build.js';
 import { startScriptedUpstream, type RpcItem, type ScriptedBehaviour, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
+// The scripted upstreams in this file answer made-up blocks (only their hash is right), so block
+// verification is off on its EVM networks: verification has its own suites (block-verification,
+// right-answers), and this file tests something else.
+
 const run = promisify(execFile);
 const ADMIN_TOKEN = 'ops-admin-token-0123456789abcdef';
 
@@ -72,7 +76,7 @@ async function until(condition: () => boolean | Promise<boolean>, what: string, 
 
 /** An EVM network config section served at `*\/<id>`. */
 function evmNetwork(upstreamUrls: Array<{ id: string; url: string }>, methods: Record<string, number> = {}): Record<string, unknown> {
-  return { id: 'evm', kind: 'evm', chainId: 31337, baseUrls: ['*/evm'], upstreams: upstreamUrls, methods };
+  return { id: 'evm', kind: 'evm', verification: 'off', chainId: 31337, baseUrls: ['*/evm'], upstreams: upstreamUrls, methods };
 }
 
 describe('health and readiness', () => {
@@ -83,10 +87,11 @@ describe('health and readiness', () => {
     const failing = await scripted({ kind: 'status', status: 500 });
     tg = await startTestGateway({
       networks: [
-        { id: 'healthy-net', kind: 'evm', chainId: 1, upstreams: [{ id: 'good', url: good.url }] },
+        { id: 'healthy-net', kind: 'evm', verification: 'off', chainId: 1, upstreams: [{ id: 'good', url: good.url }] },
         {
           id: 'flaky-net',
           kind: 'evm',
+          verification: 'off',
           chainId: 1,
           upstreams: [{ id: 'always-500', url: failing.url }],
           circuitBreaker: { failureThreshold: 2, cooldownMs: 60_000 },

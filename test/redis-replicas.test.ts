@@ -23,6 +23,10 @@ import { CLI, ensureBuilt } from './helpers/build.js';
 import { useRedis } from './helpers/redis.js';
 import { refusedUrl, startScriptedUpstream, type RpcItem, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
+// The scripted upstreams in this file answer made-up blocks (only their hash is right), so block
+// verification is off on its EVM networks: verification has its own suites (block-verification,
+// right-answers), and this file tests something else.
+
 const COST = 80;
 const KEY_CACHE_TTL_MS = 500;
 const ADMIN_TOKEN = 'replica-admin-token-0123456789';
@@ -113,7 +117,7 @@ function writeConfig(name: string, store: Record<string, unknown>, upstreamUrl: 
     store,
     // Every call goes upstream: no request of a load test is a cache hit.
     cache: { maxBytes: 0 },
-    networks: [{ id: 'eth', kind: 'evm', chainId: 1, baseUrls: ['*/eth'], upstreams: [{ id: 'u1', url: upstreamUrl, connections: 128 }] }],
+    networks: [{ id: 'eth', kind: 'evm', verification: 'off', chainId: 1, baseUrls: ['*/eth'], upstreams: [{ id: 'u1', url: upstreamUrl, connections: 128 }] }],
   };
   writeFileSync(path, JSON.stringify(config, null, 2));
   return path;
@@ -407,7 +411,7 @@ describe('two gateway replicas sharing one Redis', () => {
   it('with failOpen: true, serve a key already used while Redis is down, and charge nothing for it', async () => {
     const failOpenStore = await openStore({ driver: 'redis', url: redis.url, keyPrefix, usageRetentionDays: 35, commandTimeoutMs: 1_000, failOpen: true });
     const tg = await startTestGateway({
-      networks: [{ id: 'eth', kind: 'evm', chainId: 1, upstreams: [{ id: 'u1', url: upstream.url }] }],
+      networks: [{ id: 'eth', kind: 'evm', verification: 'off', chainId: 1, upstreams: [{ id: 'u1', url: upstream.url }] }],
       config: {
         store: { ...gatewayConfig(), failOpen: true },
         auth: { keyCacheTtlMs: KEY_CACHE_TTL_MS },
@@ -466,7 +470,7 @@ describe('two gateway replicas sharing one Redis', () => {
 
     const target = await openStore({ driver: 'redis', url: redis.url, keyPrefix: migratedPrefix, usageRetentionDays: 35, commandTimeoutMs: 2_000, failOpen: false });
     const tg = await startTestGateway({
-      networks: [{ id: 'eth', kind: 'evm', chainId: 1, upstreams: [{ id: 'u1', url: upstream.url }] }],
+      networks: [{ id: 'eth', kind: 'evm', verification: 'off', chainId: 1, upstreams: [{ id: 'u1', url: upstream.url }] }],
       config: { store: { driver: 'redis', url: redis.url, keyPrefix: migratedPrefix }, cache: { maxBytes: 0 } },
       store: target,
     });
