@@ -140,7 +140,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
       if (candidates.length === 0) {
         return failed('TG_ERR_NO_HEALTHY_UPSTREAM', upstreams.map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
       }
-      const execution = createExecution(prepared, deadline, candidates, upstreams);
+      const execution = createExecution(prepared, deadline, candidates, byId);
       const outcome = await call(execution, new AbortController().signal);
       const { attempts } = execution;
       if (outcome.kind === 'result') return { ...outcome, attempts };
@@ -155,15 +155,16 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
   };
 }
 
-function createExecution(prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[], all: readonly Upstream[]): Execution {
+function createExecution(prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[], byId: ReadonlyMap<string, Upstream>): Execution {
   let next = 0;
+  const all = [...byId.values()];
   return {
     method: prepared.method,
     deadline,
     attempts: [],
     running: new Set(),
     check: resultCheckOf(prepared),
-    paramsFor: (upstream) => upstreamParams(prepared, (upstream as Upstream).config),
+    paramsFor: (upstream) => upstreamParams(prepared, byId.get(upstream.id)!.config),
     takeCandidate: () => candidates[next++],
     peekCandidate: () => candidates[next],
     othersThan: (upstreamId) => all.filter((upstream) => upstream.id !== upstreamId && upstream.health.isAvailable()),
