@@ -361,6 +361,21 @@ describe('4. no secret in any log line, whatever the request', () => {
     }
   });
 
+  it('a key without its prefix as X-Request-Id is not kept, even on a request rejected before its key is read (found by the fuzz suite)', async () => {
+    const bare = tg.apiKey.slice(3);
+    for (const [path, method] of [[`/evm/v3/${tg.apiKey}`, 'GET'], ['/nowhere', 'POST'], [`/evm/v3/${tg.apiKey}`, 'POST']] as const) {
+      const r = await rpc(`${tg.gateway.rpcOrigin}${path}`, { jsonrpc: '2.0', id: 1, method: 'eth_chainId' }, { method, headers: { 'x-request-id': bare, 'user-agent': `sdk/1.0 ${bare}` } });
+      expect(r.headers.get('x-request-id')).not.toBe(bare);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    for (const line of tg.logLines) expect(line).not.toContain(bare);
+    // An ordinary client id, a UUID and a trace id are kept.
+    for (const kept of ['client-trace.42:abc_DEF-9', '550e8400-e29b-41d4-a716-446655440000', '4bf92f3577b34da6a3ce929d0e0e4736']) {
+      const r = await rpc(tg.url('evm'), { jsonrpc: '2.0', id: 1, method: 'eth_chainId' }, { headers: { 'x-request-id': kept } });
+      expect(r.headers.get('x-request-id')).toBe(kept);
+    }
+  });
+
   it('a key issued after start-up never reaches a log line either (tg_ keys are recognised by shape)', async () => {
     const { issueKey } = await import('../src/admin/key-issuer.js');
     const { secret } = await issueKey(tg.store, { teamId: tg.team.id });
@@ -368,6 +383,25 @@ describe('4. no secret in any log line, whatever the request', () => {
     await rpc(`${tg.gateway.rpcOrigin}/evm/v3/${tg.apiKey}`, { jsonrpc: '2.0', id: 1, method: secret });
     await rpc(`${tg.gateway.rpcOrigin}/nowhere/${secret}`, { jsonrpc: '2.0', id: 1, method: 'eth_chainId' });
     for (const line of tg.logLines) expect(line).not.toContain(secret);
+  });
+});
+
+describe('found by the fuzz suite', () => {
+  it('a pipelined request with Expect: 100-continue gets its response whole (Node put its 100 Continue inside it)', async () => {
+    const path = new URL(tg.url('evm')).pathname;
+    const first = postRequest(path, '[]');
+    const second = postRequest(path, '{"jsonrpc":"2.0","id":2,"method":"eth_chainId"}', ['Expect: 100-continue']);
+    const exchange = await rawExchange(tg.gateway.rpcPort, [Buffer.concat([first, second])], { responses: 2 });
+    expect(exchange.responses.map((response) => response.status)).toEqual([200, 200]);
+    expect(JSON.parse(exchange.responses[1]!.body)).toEqual({ jsonrpc: '2.0', id: 2, result: '0x1' });
+  });
+
+  it('an HTTP/1.1 request without Host gets a JSON-RPC 400, not Node\'s bare one', async () => {
+    const body = '{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}';
+    const request = `POST ${new URL(tg.url('evm')).pathname} HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+    const exchange = await rawExchange(tg.gateway.rpcPort, [request], { responses: 1 });
+    expect(exchange.responses[0]?.status).toBe(400);
+    expect(JSON.parse(exchange.responses[0]!.body)).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32600 } });
   });
 });
 

@@ -32,7 +32,20 @@ export interface SecretScrubber {
   contains(text: string): boolean;
   /** `text` with every known secret, key-shaped string and URL credential replaced, then bounded to `maxLength`. */
   scrub(text: string, maxLength?: number): string;
+  /**
+   * For short values a client chose (a request id, a user agent): {@link contains}, and also a
+   * key without its `tg_` prefix, which no list knows — 20 or more URL-safe characters mixing
+   * upper- and lower-case letters (random base64url; request ids, UUIDs and user agents do not
+   * look like that).
+   */
+  containsInClientText(text: string): boolean;
+  /** {@link scrub} for a value a client chose, with bare key shapes replaced too. */
+  scrubClientText(text: string, maxLength: number): string;
 }
+
+/** A run of URL-safe characters long enough to be a key without its prefix. */
+const URL_SAFE_RUN = /[A-Za-z0-9_-]{20,}/g;
+const isBareKeyShaped = (run: string): boolean => /[a-z]/.test(run) && /[A-Z]/.test(run);
 
 export function createSecretScrubber(initial: Iterable<string> = []): SecretScrubber {
   /** Longest first, so a secret that contains another is replaced whole. */
@@ -51,6 +64,16 @@ export function createSecretScrubber(initial: Iterable<string> = []): SecretScru
     scrub(text, maxLength = DEFAULT_MAX_LENGTH) {
       let scrubbed = text.replace(CREDENTIAL_IN_URL, `$1${REDACTED}@`).replace(KEY_SHAPED, REDACTED).replace(ESCAPED_KEY_SHAPED, REDACTED);
       for (const secret of secrets) if (scrubbed.includes(secret)) scrubbed = scrubbed.split(secret).join(REDACTED);
+      return bounded(scrubbed, maxLength);
+    },
+    containsInClientText(text) {
+      if (scrubber.contains(text)) return true;
+      for (const run of text.match(URL_SAFE_RUN) ?? []) if (isBareKeyShaped(run)) return true;
+      return false;
+    },
+    scrubClientText(text, maxLength) {
+      // Scrubbed before it is cut, so no secret is cut in two with a half left standing.
+      const scrubbed = scrubber.scrub(text, Number.MAX_SAFE_INTEGER).replace(URL_SAFE_RUN, (run) => (isBareKeyShaped(run) ? REDACTED : run));
       return bounded(scrubbed, maxLength);
     },
   };

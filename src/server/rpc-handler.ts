@@ -46,6 +46,14 @@ export interface RpcHandler {
    * (400, 431, 408) and the connection is closed.
    */
   clientError(error: Error & { code?: string }, socket: Duplex): void;
+  /**
+   * The server's `checkContinue` listener (`Expect: 100-continue`). Node's own would write the
+   * interim `100 Continue` of a pipelined request into the middle of the response before it (its
+   * head, then `100 Continue`, then its body); a request whose response cannot be written yet gets
+   * no interim response (RFC 9110 allows omitting it: the client has sent its body already, or
+   * sends it after its timeout).
+   */
+  checkContinue(req: IncomingMessage, res: ServerResponse): void;
 }
 
 /**
@@ -61,6 +69,9 @@ export function rpcServerOptions(server: GatewayConfig['server']): ServerOptions
     headersTimeout: server.headersTimeoutMs,
     requestTimeout: server.receiveTimeoutMs,
     connectionsCheckingInterval: Math.max(10, Math.min(1_000, Math.floor(shortest / 4))),
+    // Node would answer an HTTP/1.1 request without Host with a bare 400 of its own; the handler
+    // answers it with a JSON-RPC error instead (same status, same close).
+    requireHostHeader: false,
   };
 }
 
@@ -119,7 +130,9 @@ function clientErrorCode(code: string | undefined): GatewayErrorCode {
 
 /** The request on a connection whose response has not been written yet, for a client error to annotate. */
 const PENDING_REQUEST = Symbol('tollgate.pendingRequest');
-type TrackedSocket = Socket & { [PENDING_REQUEST]?: RequestContext };
+/** Set once a connection's client error was answered. */
+const CLIENT_ERROR_SEEN = Symbol('tollgate.clientErrorSeen');
+type TrackedSocket = Socket & { [PENDING_REQUEST]?: RequestContext; [CLIENT_ERROR_SEEN]?: boolean };
 
 export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
   const { server: serverConfig, logger } = deps;
@@ -178,6 +191,10 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     ctx: RequestContext,
     networks: NetworkSet,
   ): Promise<void> {
+    if (headers.host === undefined && req.httpVersionMinor === 1 && req.httpVersionMajor === 1) {
+      res.setHeader('connection', 'close');
+      return reject(res, ctx, new GatewayError('TG_ERR_BAD_HTTP', 'malformed HTTP request: an HTTP/1.1 request needs a Host header'));
+    }
     // Resolve the network from Host + path; nothing in the body takes part.
     const resolved = networks.resolver.resolve(headers.host, req.url ?? '/');
     if (resolved.kind === 'not-found') return reject(res, ctx, new GatewayError('TG_ERR_NOT_FOUND', resolved.reason));
@@ -190,10 +207,6 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
       return reject(res, ctx, new GatewayError('TG_ERR_MISSING_KEY'));
     }
     const apiKey = resolved.value.apiKey;
-    // A client that sends its own key (even without the `tg_` prefix) as its request id does not get it logged.
-    if (ctx.requestId.length >= 16 && apiKey.length >= 16 && ctx.requestId.includes(apiKey.startsWith('tg_') ? apiKey.slice(3) : apiKey)) {
-      ctx.requestId = nextRequestId();
-    }
     if (!isJsonContentType(headers['content-type'])) {
       return reject(res, ctx, new GatewayError('TG_ERR_MEDIA_TYPE'));
     }
@@ -326,9 +339,12 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
   let requestCounter = 0;
   const nextRequestId = (): string => requestIdPrefix + (requestCounter++).toString(36);
 
-  /** The client's X-Request-Id if it is well-formed and holds no secret (a key, the admin token), else one of ours. */
+  /**
+   * The client's X-Request-Id if it is well-formed and holds nothing shaped like a secret (a key
+   * with or without its prefix, the admin token, an upstream credential), else one of ours.
+   */
   function requestIdOf(incoming: string | string[] | undefined): string {
-    if (typeof incoming === 'string' && REQUEST_ID_HEADER.test(incoming) && !scrubber.contains(incoming)) return incoming;
+    if (typeof incoming === 'string' && REQUEST_ID_HEADER.test(incoming) && !scrubber.containsInClientText(incoming)) return incoming;
     return nextRequestId();
   }
 
@@ -354,7 +370,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
           cache: ctx.cache,
           upstream: ctx.upstream,
           attempts: ctx.attempts.length > 0 ? boundedAttempts(ctx) : undefined,
-          userAgent: userAgent === undefined ? undefined : scrubber.scrub(userAgent, MAX_LOGGED_USER_AGENT),
+          userAgent: userAgent === undefined ? undefined : scrubber.scrubClientText(userAgent, MAX_LOGGED_USER_AGENT),
           durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
         },
         'request',
@@ -390,13 +406,26 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     );
   }) as RpcHandler;
 
+  handler.checkContinue = (req, res) => {
+    if (res.socket !== null && !res.socket.destroyed) res.writeContinue();
+    handler(req, res);
+  };
+
   handler.clientError = (error, socket) => {
     const tracked = socket as TrackedSocket;
+    // Node's parser stays in error: more bytes on the connection report it again. Answer once.
+    if (tracked[CLIENT_ERROR_SEEN] === true) return;
+    tracked[CLIENT_ERROR_SEEN] = true;
     const pending = tracked[PENDING_REQUEST];
     // A reset or a socket already closed: there is no one to answer.
     if (error.code === 'ECONNRESET' || !socket.writable) return void socket.destroy();
-    // The response of the request in flight has started: another one cannot be written in its middle.
-    if (pending?.responding === true) return void socket.destroy();
+    // The response of the request in flight is being written: let it finish, then close; another
+    // answer cannot be written in its middle.
+    if (pending?.responding === true) {
+      if ('destroySoon' in socket) (socket as Socket).destroySoon();
+      else socket.destroy();
+      return;
+    }
     const code = clientErrorCode(error.code);
     const status = ERROR_REGISTRY[code].httpStatus;
     const requestId = pending?.requestId ?? nextRequestId();
