@@ -171,6 +171,16 @@ describe('circuit breaker policy', () => {
     expect(upstream.health.trialReady()).toBe(true);
   });
 
+  it('ranks an upstream that answers wrongly lower without opening its circuit', async () => {
+    const clock = new ManualClock();
+    const upstream = upstreamOn(clock, 'a');
+    const { attempt } = scriptedAttempts({ a: async () => failure('unverified_block') });
+    const guarded = circuitBreakerPolicy({ wrongAnswerReasons: new Set(['unverified_block']) })(attempt);
+    for (let n = 0; n < 2 * BREAKER.failureThreshold; n += 1) await guarded(upstream, executionOf([upstream], { clock }), new AbortController().signal);
+    expect(upstream.health.circuit()).toBe('closed');
+    expect(upstream.health.currentErrorRate()).toBeGreaterThan(0.5);
+  });
+
   it('counts an upstream JSON-RPC error passed to the client as a proper answer', async () => {
     const clock = new ManualClock();
     const upstream = upstreamOn(clock, 'a');
@@ -433,6 +443,22 @@ describe('selection', () => {
     const firsts = points.map(() => selector.order()[0]!.id);
     expect(firsts).toEqual(['a', 'a', 'a', 'b', 'b']);
     expect(selector.order()).toHaveLength(2);
+  });
+
+  it('leaves an upstream that just failed or was slow out of the weighted draw until its errors fade', async () => {
+    const clock = new ManualClock();
+    const [a, b] = [upstreamOn(clock, 'a'), upstreamOn(clock, 'b')];
+    a.health.recordSuccess(5);
+    b.health.recordSuccess(5);
+    a.health.recordSlow();
+    const points = [0.05, 0.3, 0.6, 0.95];
+    let draw = 0;
+    const selector = createSelector([a, b], { ...SELECTION, strategy: 'weighted' }, clock.now, () => points[draw++ % points.length]!);
+    expect(points.map(() => selector.order()[0]!.id)).toEqual(['b', 'b', 'b', 'b']);
+    // Two half-lives later its rate is 0.05: three quarters of its weight are back. The draw
+    // walks the ranking (b first, its score is lower): b covers [0, 1/1.75), a the rest.
+    await clock.advance(2 * HEALTH_HALF_LIFE_MS);
+    expect(points.map(() => selector.order()[0]!.id)).toEqual(['b', 'b', 'a', 'a']);
   });
 });
 

@@ -56,6 +56,8 @@ const WRITE_METHODS = new Set(['eth_sendRawTransaction', 'eth_sendTransaction', 
 /** Methods whose `null` is confirmed with the other upstreams before it is believed. */
 const NULL_CONFIRMED_METHODS = new Set(['eth_getBlockByHash']);
 const DEFAULT_PROBE_METHOD = { evm: 'eth_blockNumber', asset: 'getSlot' } as const;
+/** Attempt reason of a block that failed verification. */
+const UNVERIFIED = 'unverified_block';
 
 export interface ForwarderOptions {
   observe?: ForwarderObserver;
@@ -89,7 +91,12 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     observe.attempt?.(network.id, upstream.id, outcome);
     return outcome;
   };
-  const attempt = chain<AttemptFn>(circuitBreakerPolicy(), observed, resultCheckPolicy('unverified_block'), timeoutPolicy(clock))(send);
+  const attempt = chain<AttemptFn>(
+    circuitBreakerPolicy({ wrongAnswerReasons: new Set([UNVERIFIED]) }),
+    observed,
+    resultCheckPolicy(UNVERIFIED),
+    timeoutPolicy(clock),
+  )(send);
   const hedge: CallPolicy = network.hedge.enabled
     ? hedgePolicy(network.hedge, clock, {
         isWrite: (method) => WRITE_METHODS.has(method),

@@ -6,7 +6,8 @@ import type { RoutedUpstream } from './upstream.js';
  * go last (a node that is behind answers `null` or stale state for what its peers have); the
  * rest are ranked by {@link UpstreamHealth.score} (latency inflated by recent errors, both
  * fading with time), or under `weighted` the first is drawn at random by weight among the
- * healthy ones, so that load spreads, and the rest follow by score.
+ * healthy ones (a weight reduced by recent errors), so that load spreads, and the rest follow by
+ * score.
  */
 
 export type SelectionStrategy = 'fastest' | 'weighted';
@@ -70,19 +71,30 @@ export function createSelector(
         const pick = pickByWeight(eligible, random());
         if (pick !== undefined) ranked.unshift(...ranked.splice(ranked.indexOf(pick), 1));
       }
+      // Without any upstream fit for a weighted draw (all failed or slow just now), the ranking stands.
       return ranked;
     },
   };
 }
 
-/** The upstream that `point` (uniform in [0, 1)) falls on when each takes a share equal to its weight. */
+/**
+ * An upstream's share of weighted first attempts: its configured weight, reduced by its recent
+ * error rate (failures, and answers slower than the hedge delay). One failure (a rate of 0.2)
+ * takes it out of the draw; its share comes back as the rate fades (half of it 5 s later).
+ */
+function effectiveWeight(upstream: RoutedUpstream): number {
+  return upstream.weight * Math.max(0, 1 - 5 * upstream.health.currentErrorRate());
+}
+
+/** The upstream that `point` (uniform in [0, 1)) falls on when each takes its effective share. */
 function pickByWeight(upstreams: readonly RoutedUpstream[], point: number): RoutedUpstream | undefined {
-  const total = upstreams.reduce((sum, upstream) => sum + upstream.weight, 0);
+  const weights = upstreams.map(effectiveWeight);
+  const total = weights.reduce((sum, weight) => sum + weight, 0);
   if (total <= 0) return undefined;
   let remaining = point * total;
-  for (const upstream of upstreams) {
-    remaining -= upstream.weight;
+  for (const [index, upstream] of upstreams.entries()) {
+    remaining -= weights[index]!;
     if (remaining < 0) return upstream;
   }
-  return upstreams.findLast((upstream) => upstream.weight > 0);
+  return upstreams[weights.findLastIndex((weight) => weight > 0)];
 }

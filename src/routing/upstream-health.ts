@@ -132,6 +132,16 @@ export class UpstreamHealth {
     this.sampleError(1);
   }
 
+  /**
+   * The upstream answered, but the answer was wrong (a block that failed verification): rank it
+   * lower like a failure, without counting towards its circuit. A trial that answers wrongly
+   * proves nothing either way: the next attempt may be the trial again.
+   */
+  recordWrongAnswer(): void {
+    this.sampleError(1);
+    this.releaseTrial();
+  }
+
   /** The error rate as of now: recent failures count, old ones fade. */
   currentErrorRate(): number {
     return this.errorRate * decay(this.now() - this.errorRateAt);
