@@ -450,13 +450,13 @@ describe('selection', () => {
     const [a, b] = [upstreamOn(clock, 'a'), upstreamOn(clock, 'b')];
     a.health.recordSuccess(5);
     b.health.recordSuccess(5);
-    a.health.recordSlow();
+    for (let n = 0; n < 3; n += 1) a.health.recordSlow(); // error rate 0.49: 2% of its share left
     const points = [0.05, 0.3, 0.6, 0.95];
     let draw = 0;
     const selector = createSelector([a, b], { ...SELECTION, strategy: 'weighted' }, clock.now, () => points[draw++ % points.length]!);
     expect(points.map(() => selector.order()[0]!.id)).toEqual(['b', 'b', 'b', 'b']);
-    // Two half-lives later its rate is 0.05: three quarters of its weight are back. The draw
-    // walks the ranking (b first, its score is lower): b covers [0, 1/1.75), a the rest.
+    // Two half-lives later its rate is 0.12: three quarters of its weight are back. The draw
+    // walks the ranking (b first, its score is lower): b covers [0, 1/1.76), a the rest.
     await clock.advance(2 * HEALTH_HALF_LIFE_MS);
     expect(points.map(() => selector.order()[0]!.id)).toEqual(['b', 'b', 'a', 'a']);
   });
