@@ -45,3 +45,26 @@ describe('tallied metrics', () => {
     expect(Number(line(text, `tollgate_request_duration_seconds_sum{${series}}`)!.split(' ')[1])).toBeCloseTo(20.0039, 6);
   });
 });
+
+describe('metric names', () => {
+  // What `promtool check metrics` enforces on names: `_total` belongs to counters, and only to them.
+  it('ends every counter in _total and no other metric', async () => {
+    const metrics = createMetrics();
+    const types = (await metrics.registry.metrics())
+      .split('\n')
+      .filter((candidate) => candidate.startsWith('# TYPE '))
+      .map((candidate) => candidate.split(' ') as [string, string, string, string]);
+    expect(types.length).toBeGreaterThan(20);
+    for (const [, , name, type] of types) {
+      if (type === 'counter') expect(name, `${name} is a counter`).toMatch(/_total$/);
+      else expect(name, `${name} is a ${type}`).not.toMatch(/_total$/);
+    }
+  });
+
+  it("keeps the by-type active resources whose _total-suffixed sums it drops", async () => {
+    const metrics = createMetrics();
+    const text = await metrics.registry.metrics();
+    expect(text).toMatch(/^tollgate_nodejs_active_resources\{type="[A-Za-z]+"\} \d+$/m);
+    expect(text).not.toMatch(/^tollgate_nodejs_active_\w+_total/m);
+  });
+});

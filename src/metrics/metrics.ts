@@ -182,9 +182,22 @@ export interface GatewayMetrics {
   storeErrors: Counter;
 }
 
+/**
+ * prom-client's default metrics include three gauges named `…_active_handles_total`,
+ * `…_active_requests_total` and `…_active_resources_total`; `_total` is reserved for counters, and
+ * `promtool check metrics` rejects them. They are the sums of the by-type gauges that stay
+ * (`…_active_handles`, `…_active_requests`, `…_active_resources`), so they are dropped.
+ */
+function dropTotalSuffixedGauges(registry: Registry): void {
+  for (const name of ['active_handles', 'active_requests', 'active_resources']) {
+    registry.removeSingleMetric(`tollgate_nodejs_${name}_total`);
+  }
+}
+
 export function createMetrics(): GatewayMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'tollgate_' });
+  dropTotalSuffixedGauges(registry);
   const registers = [registry];
   return {
     registry,
