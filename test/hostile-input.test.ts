@@ -396,6 +396,25 @@ describe('found by the fuzz suite', () => {
     expect(JSON.parse(exchange.responses[1]!.body)).toEqual({ jsonrpc: '2.0', id: 2, result: '0x1' });
   });
 
+  it('a connection closed after a 413 is closed without a reset: the large answer pipelined before it arrives whole', async () => {
+    // Closing a socket with unread bytes sends a reset, which discards what is still queued for
+    // the client: here a charged 4 MB answer that a slow reader had not read yet.
+    const big = await startScriptedUpstream({ kind: 'result', result: 'x'.repeat(4 * 1024 * 1024) });
+    upstreams.push(big);
+    const bigNet = await startTestGateway({ networks: [{ id: 'evm', kind: 'evm', chainId: 1, upstreams: [{ id: 'u', url: big.url }], methods: { eth_call: 80 } }] });
+    gateways.push(bigNet);
+    const path = new URL(bigNet.url('evm')).pathname;
+    const first = postRequest(path, '{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{},"latest"]}');
+    const oversized = Buffer.concat([
+      Buffer.from(`POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${8 * 1024 * 1024}\r\n\r\n`),
+      Buffer.alloc(2 * 1024 * 1024, 0x20),
+    ]);
+    const exchange = await rawExchange(bigNet.gateway.rpcPort, [Buffer.concat([first, oversized])], { timeoutMs: 10_000, readAfterMs: 500 });
+    expect(exchange.responses.map((response) => response.status)).toEqual([200, 413]);
+    expect(exchange.responses[0]!.body.length).toBeGreaterThan(4 * 1024 * 1024);
+    expect(await ledger(bigNet)).toEqual({ settled: 80, used: 80 });
+  });
+
   it('an HTTP/1.1 request without Host gets a JSON-RPC 400, not Node\'s bare one', async () => {
     const body = '{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}';
     const request = `POST ${new URL(tg.url('evm')).pathname} HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;

@@ -119,6 +119,34 @@ function prefixesOf(networks: NetworkSet): string[] {
   return prefixes;
 }
 
+/** How long a closing connection keeps draining what its client still sends. */
+const LINGER_MS = 2_000;
+
+/**
+ * Closes a connection without losing what was written to it. Closing a TCP socket that still has
+ * unread bytes from the client sends a reset, and a reset makes the client's side drop every
+ * answer it has not read yet, earlier pipelined ones included (answers already charged). So: send
+ * FIN after what was written, keep reading and dropping whatever the client still sends, and
+ * destroy once it closes its side, or after {@link LINGER_MS} (a lingering close, as nginx does).
+ */
+function closeGracefully(socket: Socket): void {
+  if (socket.destroyed) return;
+  socket.end();
+  socket.resume();
+  const timer = setTimeout(() => socket.destroy(), LINGER_MS);
+  timer.unref();
+  socket.once('close', () => clearTimeout(timer));
+}
+
+/**
+ * For a response sent with `Connection: close` while the client may still be sending (a body
+ * over the limit): Node would end the connection with `destroySoon`, a reset if bytes are unread.
+ * This socket's `destroySoon` lingers instead.
+ */
+function closeGracefullyAfterResponse(socket: Socket): void {
+  socket.destroySoon = () => closeGracefully(socket);
+}
+
 /** Status line reasons of the statuses a client error is answered with. */
 const CLIENT_ERROR_REASONS: Record<number, string> = { 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' };
 
@@ -191,8 +219,8 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     ctx: RequestContext,
     networks: NetworkSet,
   ): Promise<void> {
+    // The connection stays open: Node drains the unread body, and a close with unread bytes would be a reset.
     if (headers.host === undefined && req.httpVersionMinor === 1 && req.httpVersionMajor === 1) {
-      res.setHeader('connection', 'close');
       return reject(res, ctx, new GatewayError('TG_ERR_BAD_HTTP', 'malformed HTTP request: an HTTP/1.1 request needs a Host header'));
     }
     // Resolve the network from Host + path; nothing in the body takes part.
@@ -234,6 +262,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     } catch (error) {
       if (error instanceof BodyTooLargeError) {
         res.setHeader('connection', 'close');
+        closeGracefullyAfterResponse(req.socket);
         return rejectWithCredits(new GatewayError('TG_ERR_BODY_TOO_LARGE', `request body larger than ${serverConfig.maxBodyBytes} bytes`));
       }
       if (error instanceof RequestClosedError) {
@@ -422,7 +451,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     // The response of the request in flight is being written: let it finish, then close; another
     // answer cannot be written in its middle.
     if (pending?.responding === true) {
-      if ('destroySoon' in socket) (socket as Socket).destroySoon();
+      if ('destroySoon' in socket) closeGracefully(socket as Socket);
       else socket.destroy();
       return;
     }
@@ -432,8 +461,8 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     const body = serialiseReply(errorReply(NULL_ID, new GatewayError(code)));
     const head = `HTTP/1.1 ${status} ${CLIENT_ERROR_REASONS[status] ?? 'Bad Request'}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nX-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n`;
     socket.write(Buffer.concat([Buffer.from(head, 'latin1'), body]));
-    // Like Node's own handler, the connection is done; unlike it, only once the answer is flushed.
-    if ('destroySoon' in socket) (socket as Socket).destroySoon();
+    // Like Node's own handler, the connection is done; unlike it, without a reset (see closeGracefully).
+    if ('destroySoon' in socket) closeGracefully(socket as Socket);
     else socket.destroy();
     if (pending !== undefined && code === 'TG_ERR_REQUEST_TIMEOUT') {
       // The slow request itself is logged (once) by its own handler, with this status.

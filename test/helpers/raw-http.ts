@@ -28,6 +28,8 @@ export interface RawExchangeOptions {
   afterSend?: (socket: Socket) => void;
   /** Stop waiting as soon as this many complete responses arrived (keep-alive connections). */
   responses?: number;
+  /** Read nothing for this long after sending (a slow reader: the server's answers queue up). */
+  readAfterMs?: number;
 }
 
 /** Parses as many complete HTTP/1.1 responses as `raw` holds. */
@@ -87,6 +89,10 @@ export function rawExchange(port: number, parts: ReadonlyArray<string | Buffer>,
     const timer = setTimeout(() => finish(false), timeoutMs);
     socket.on('connect', () => {
       started = performance.now();
+      if (options.readAfterMs !== undefined) {
+        socket.pause();
+        setTimeout(() => socket.resume(), options.readAfterMs);
+      }
       for (const part of parts) socket.write(part);
       options.afterSend?.(socket);
     });
