@@ -243,6 +243,20 @@ describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (dri
 
       expect(await store.rotateKey('key_0000000000000000', hash(), 1)).toBe(false);
     });
+
+    it('two rotations at once: each is atomic, the first secret keeps the earlier bound and both new secrets work', async () => {
+      const { store, another } = await freshBacking(driver);
+      const { key, secretHash: first } = await teamWithKey(store, { dailyCredits: 1_000 });
+      const [second, third] = [hash(), hash()];
+      await Promise.all([store.rotateKey(key.id, second, 5_000), (await another()).rotateKey(key.id, third, 9_000)]);
+      expect((await store.findKeyBySecretHash(first))!.secretValidUntil).toBe(5_000);
+      const bounds = [(await store.findKeyBySecretHash(second))!.secretValidUntil, (await store.findKeyBySecretHash(third))!.secretValidUntil];
+      // Whichever ran second bounded the other's new secret by its own bound.
+      expect([
+        [9_000, null],
+        [null, 5_000],
+      ]).toContainEqual(bounds);
+    });
   });
 
   describe('ledger', () => {
@@ -313,6 +327,33 @@ describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (dri
       expect(await charge(store, subject(other.team, other.key), t0 + 600)).toEqual({ ok: true, teamUsed: 80 });
     });
 
+    it("the bucket's time never goes back: a charge stamped earlier (a replica whose clock is behind) does not refill it", async () => {
+      const { store } = await freshBacking(driver);
+      const { team, key } = await teamWithKey(store, { dailyCredits: 1_000_000, creditsPerSecond: 100 });
+      const t0 = Date.now();
+      expect(await charge(store, subject(team, key), t0)).toEqual({ ok: true, teamUsed: 80 });
+      expect(await charge(store, subject(team, key), t0 - 5_000)).toEqual({ ok: false, reason: 'rate_limited', retryAfterMs: 600, teamUsed: 80 });
+      // 300 ms after the first draw, not 5.3 s: still 300 ms to wait.
+      expect(await charge(store, subject(team, key), t0 + 300)).toEqual({ ok: false, reason: 'rate_limited', retryAfterMs: 300, teamUsed: 80 });
+      expect(await charge(store, subject(team, key), t0 + 600)).toEqual({ ok: true, teamUsed: 160 });
+    });
+
+    it('a reservation made and settled in one batch is charged once and leaves nothing held', async () => {
+      const { store } = await freshBacking(driver);
+      const { team, key } = await teamWithKey(store, { dailyCredits: 1_000 });
+      const results = await store.applyLedger([
+        { type: 'reserve', reservationId: 'r-same-batch', subject: subject(team, key), nowMs: Date.now() - 60_000 },
+        { type: 'settle', reservationId: 'r-same-batch' },
+        { type: 'settle', reservationId: 'r-same-batch' },
+      ]);
+      expect(results).toEqual([{ ok: true, teamUsed: 80 }, { ok: true, teamUsed: 80 }, { ok: false, reason: 'reservation_gone' }]);
+      expect(await store.recoverReservations(0)).toBe(0);
+      expect(await peek(store, team.id)).toBe(80);
+      expect(await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY })).toEqual([
+        { day: TODAY, teamId: team.id, keyId: key.id, network: 'eth', method: 'eth_getBlockByHash', credits: 80, requests: 1 },
+      ]);
+    });
+
     it('reserve then settle: teamUsed is held at reserve time and unchanged by the settle, which writes the usage row', async () => {
       const { store } = await freshBacking(driver);
       const { team, key } = await teamWithKey(store, { dailyCredits: 1_000 });
@@ -351,7 +392,7 @@ describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (dri
       expect(await charge(store, subject(team, key, { keyDailyCap: 85 }))).toEqual({ ok: true, teamUsed: 85 });
     });
 
-    it('settle or refund of an unknown reservation is harmless', async () => {
+    it('settle or refund of an unknown reservation is harmless, and says the reservation is gone', async () => {
       const { store } = await freshBacking(driver);
       const { team, key } = await teamWithKey(store, { dailyCredits: 1_000 });
       await charge(store, subject(team, key));
@@ -359,9 +400,10 @@ describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (dri
         { type: 'settle', reservationId: 'never-reserved' },
         { type: 'refund', reservationId: 'never-reserved-either' },
       ]);
+      // Was { ok: true, teamUsed: 0 }, which a caller could not tell from a charge (issue 16).
       expect(results).toEqual([
-        { ok: true, teamUsed: 0 },
-        { ok: true, teamUsed: 0 },
+        { ok: false, reason: 'reservation_gone' },
+        { ok: false, reason: 'reservation_gone' },
       ]);
       expect(await peek(store, team.id)).toBe(80);
       expect((await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY })).map((row) => row.credits)).toEqual([80]);
@@ -491,8 +533,8 @@ describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (dri
       expect(await store.recoverReservations(30_000)).toBe(0);
       // The live reservation still settles normally.
       expect(await store.applyLedger([{ type: 'settle', reservationId: 'live' }])).toEqual([{ ok: true, teamUsed: 80 }]);
-      // The old one was refunded: settling it now charges nothing.
-      await store.applyLedger([{ type: 'settle', reservationId: 'old' }]);
+      // The old one was refunded: settling it now charges nothing, and says so.
+      expect(await store.applyLedger([{ type: 'settle', reservationId: 'old' }])).toEqual([{ ok: false, reason: 'reservation_gone' }]);
       expect(await peek(store, team.id)).toBe(80);
       expect((await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY }))[0]!.credits).toBe(80);
 

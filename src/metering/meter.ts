@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import type { ChargeSubject, LedgerOp, LedgerResult, Store } from '../store/index.js';
+import type { AdmissionResult, ChargeSubject, FinishResult, Ledger, LedgerDone, LedgerOp, LedgerResult, LedgerResultOf } from './ledger.js';
 
 /**
  * Sends ledger operations to the store in batches: every operation submitted during one
- * event-loop turn is applied in one store call (one SQLite transaction, one Redis pipeline) at
+ * event-loop turn is applied in one store call (one SQLite transaction, one Redis script call) at
  * the end of that turn. Callers await their own result; a response is written only after the
  * batch holding its charge committed, so a crash never loses a charge for an answer already sent.
  */
@@ -12,13 +12,14 @@ export interface Meter {
   /** A fresh id for {@link reserve}, known before the store answers so a lost answer can still be swept. */
   newReservationId(): string;
   /** Holds credits for a call about to go upstream. */
-  reserve(reservationId: string, subject: ChargeSubject): Promise<LedgerResult>;
+  reserve(reservationId: string, subject: ChargeSubject): Promise<AdmissionResult>;
   /** Reserves and settles at once, for answers known without an upstream call. */
-  charge(subject: ChargeSubject): Promise<LedgerResult>;
-  settle(reservationId: string): Promise<LedgerResult>;
-  refund(reservationId: string): Promise<LedgerResult>;
+  charge(subject: ChargeSubject): Promise<AdmissionResult>;
+  /** Charges a reservation; `reservation_gone` when it was already refunded (nothing is charged then). */
+  settle(reservationId: string): Promise<FinishResult>;
+  refund(reservationId: string): Promise<FinishResult>;
   /** The team's spend so far on `day`. */
-  peek(teamId: string, day: string): Promise<LedgerResult>;
+  peek(teamId: string, day: string): Promise<LedgerDone>;
   /**
    * Gives a reservation back whenever the store can take it: for reservations whose reserve,
    * settle or refund was lost to a store outage. Retried every few seconds until it succeeds,
@@ -39,7 +40,7 @@ interface Pending {
   reject: (error: unknown) => void;
 }
 
-export function createMeter(store: Store, options: { now?: () => number } = {}): Meter {
+export function createMeter(ledger: Ledger, options: { now?: () => number } = {}): Meter {
   const now = options.now ?? Date.now;
   let queue: Pending[] = [];
   let scheduled = false;
@@ -49,7 +50,7 @@ export function createMeter(store: Store, options: { now?: () => number } = {}):
   function retryReleases(): void {
     releaseTimer = undefined;
     const ids = [...toRelease];
-    store.applyLedger(ids.map((reservationId) => ({ type: 'refund', reservationId }))).then(
+    ledger.applyLedger(ids.map((reservationId) => ({ type: 'refund', reservationId }))).then(
       () => ids.forEach((id) => toRelease.delete(id)),
       () => undefined,
     ).finally(() => {
@@ -68,16 +69,17 @@ export function createMeter(store: Store, options: { now?: () => number } = {}):
     const batch = queue;
     queue = [];
     if (batch.length === 0) return;
-    const applied = store.applyLedger(batch.map((pending) => pending.op)).then(
+    const applied = ledger.applyLedger(batch.map((pending) => pending.op)).then(
       (results) => batch.forEach((pending, index) => pending.resolve(results[index]!)),
       (error: unknown) => batch.forEach((pending) => pending.reject(error)),
     );
     inFlight = inFlight.then(() => applied);
   }
 
-  function submit(op: LedgerOp): Promise<LedgerResult> {
+  /** Queues `op` for this turn's batch; its result has the type of its operation. */
+  function submit<Op extends LedgerOp>(op: Op): Promise<LedgerResultOf<Op>> {
     return new Promise((resolve, reject) => {
-      queue.push({ op, resolve, reject });
+      queue.push({ op, resolve: resolve as (result: LedgerResult) => void, reject });
       if (!scheduled) {
         scheduled = true;
         setImmediate(runBatch);

@@ -6,7 +6,7 @@ import { createSingleFlight } from '../cache/single-flight.js';
 import type { Meter } from '../metering/meter.js';
 import { nextUtcMidnight, utcDay } from '../metering/meter.js';
 import type { ForwardOutcome } from '../routing/forward.js';
-import type { ChargeSubject, KeyWithTeam, LedgerResult } from '../store/index.js';
+import type { ChargeSubject, KeyWithTeam, LedgerRefusal, LedgerResult } from '../store/index.js';
 import type { RequestContext } from './context.js';
 import type { NetworkRuntime } from './network-runtime.js';
 
@@ -75,7 +75,7 @@ function subjectOf(call: PreparedCall, network: NetworkRuntime, auth: KeyWithTea
 }
 
 /** The error a refused ledger operation becomes (402 or 429 for a single request). */
-function refusal(result: Extract<LedgerResult, { ok: false }>, subject: ChargeSubject, nowMs: number): GatewayError {
+function refusal(result: LedgerRefusal, subject: ChargeSubject, nowMs: number): GatewayError {
   if (result.reason === 'rate_limited') {
     return new GatewayError('TG_ERR_RATE_LIMITED', undefined, { reason: 'rate_limited', retryAfterMs: result.retryAfterMs }, {
       'retry-after': String(Math.max(1, Math.ceil(result.retryAfterMs / 1000))),
@@ -109,16 +109,17 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   function recordCharge(ctx: RequestContext, method: string, charged: number, result: LedgerResult): void {
     ctx.creditsCharged += charged;
     if (charged > 0) ctx.charges.push({ method, credits: charged });
-    if (!result.ok) ctx.creditRejections.push(result.reason);
-    // Ledger results reach a request in the order the store applied them, so the last one is the
-    // freshest view of the team's spend; a maximum would keep a batch item's reservation in
-    // X-Credits-Remaining after that item was refunded. 0 may also mean "reservation already
-    // swept": leave it to the handler's peek at the end of the request.
-    ctx.teamUsed = result.teamUsed > 0 ? result.teamUsed : undefined;
+    if (!result.ok && result.reason !== 'reservation_gone') ctx.creditRejections.push(result.reason);
+    // Ledger results reach a request in the order the store applied them when each is recorded in
+    // the first reaction to its operation (as `charge`, `settle` and `refund` do), so the last one
+    // is the freshest view of the team's spend; a maximum would keep a batch item's reservation
+    // in X-Credits-Remaining after that item was refunded. A reservation already gone tells
+    // nothing of it: leave it to the handler's peek at the end of the request.
+    ctx.teamUsed = result.ok || result.reason !== 'reservation_gone' ? result.teamUsed : undefined;
   }
 
   /** A ledger operation, or `undefined` when the store could not be reached. */
-  async function ledger(operation: Promise<LedgerResult>): Promise<LedgerResult | undefined> {
+  async function ledger<R extends LedgerResult>(operation: Promise<R>): Promise<R | undefined> {
     try {
       return await operation;
     } catch (error) {
@@ -180,10 +181,14 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   }
 
   /** Gives a reservation back (now, or once the store answers again). */
-  async function refund(reservationId: string, subject: ChargeSubject, ctx: RequestContext): Promise<void> {
-    const refunded = await ledger(meter.refund(reservationId));
-    if (refunded === undefined) meter.release(reservationId);
-    else recordCharge(ctx, subject.method, 0, refunded);
+  function refund(reservationId: string, subject: ChargeSubject, ctx: RequestContext): Promise<void> {
+    return meter.refund(reservationId).then(
+      (refunded) => recordCharge(ctx, subject.method, 0, refunded),
+      (error: unknown) => {
+        deps.onStoreError?.(error);
+        meter.release(reservationId);
+      },
+    );
   }
 
   /** Reserves, forwards, and holds the reservation of an answered call until {@link commit}. */
@@ -242,16 +247,22 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     );
   }
 
-  async function settle(pending: Extract<PendingReply, { ledger: 'settle' }>, ctx: RequestContext): Promise<Reply> {
-    const settled = await ledger(meter.settle(pending.reservationId));
-    if (settled === undefined) {
-      // The charge could not be recorded: the answer is not charged, so its credits go back;
-      // failing closed, it is not sent either.
-      meter.release(pending.reservationId);
-      return deps.failOpen ? pending.reply : storeUnavailable(pending.reply.id);
-    }
-    recordCharge(ctx, pending.subject.method, pending.subject.cost, settled);
-    return pending.reply;
+  function settle(pending: Extract<PendingReply, { ledger: 'settle' }>, ctx: RequestContext): Promise<Reply> {
+    return meter.settle(pending.reservationId).then(
+      (settled): Reply => {
+        // A reservation already gone was given back by the stale-reservation sweep: the answer
+        // goes out uncharged, and its headers and log say so.
+        recordCharge(ctx, pending.subject.method, settled.ok ? pending.subject.cost : 0, settled);
+        return pending.reply;
+      },
+      (error: unknown): Reply => {
+        // The charge could not be recorded: the answer is not charged, so its credits go back;
+        // failing closed, it is not sent either.
+        deps.onStoreError?.(error);
+        meter.release(pending.reservationId);
+        return deps.failOpen ? pending.reply : storeUnavailable(pending.reply.id);
+      },
+    );
   }
 
   return {

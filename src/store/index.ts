@@ -5,6 +5,10 @@ import type { Store } from './types.js';
 
 export type {
   Store,
+  Ledger,
+  KeyDirectory,
+  UsageReports,
+  Snapshots,
   Team,
   ApiKey,
   KeyWithTeam,
@@ -13,6 +17,11 @@ export type {
   ChargeSubject,
   LedgerOp,
   LedgerResult,
+  LedgerDone,
+  LedgerRefusal,
+  AdmissionResult,
+  FinishResult,
+  ReservationGone,
   UsageQuery,
   UsageRow,
   TeamPatch,

@@ -26,3 +26,6 @@ export function isLocalOwnerDead(owner: string): boolean {
     return (error as NodeJS.ErrnoException).code === 'ESRCH';
   }
 }
+
+/** The start of every owner tag of this host's processes. */
+export const LOCAL_OWNER_PREFIX = `${hostname()}:`;

@@ -1,7 +1,7 @@
 /**
- * The Redis store's ledger operations, each one Lua script so that Redis runs it atomically:
- * replicas on different machines can never both spend a team's last credits. Redis runs one
- * script at a time, so "read the balance, decide, write" cannot interleave.
+ * The Redis store's Lua scripts. Redis runs one script at a time, so each is atomic: replicas on
+ * different machines can never both spend a team's last credits. None of them holds the credit
+ * rule; that is ledger-rule.ts, in TypeScript, for both drivers.
  *
  * Key layout (all under the store's prefix):
  *   used:team:<teamId>:<day>   credits spent or reserved by a team on a UTC day
@@ -10,132 +10,160 @@
  *   usage:r:<teamId>:<day>     hash <keyId>\t<network>\t<method> -> requests charged
  *   bucket:<teamId>            hash {tokens, at}: the credits-per-second token bucket
  *   resv:<reservationId>       hash of one reservation; `reservations` zset indexes them by time
+ *   owner:<tag>                a process's heartbeat (expires when it stops beating)
+ *   team:<id>, team-name:<name>, teams, key:<id>, keys, team-keys:<teamId>,
+ *   secret:<hash> {keyId, validUntil}, key-secrets:<keyId>   the key directory
  * Invariant: used:team = Σ usage:c + Σ reserved costs, per team and day.
  */
 
 /**
- * Admission, shared by `reserve` and `charge`: checks the team's daily quota, the key's cap, then
- * the throughput bucket (consumed only when everything passes), and adds the cost to the day
- * counters. Returns nil and the team's new spend, or a refusal:
- * {0, teamUsed, scope, limit, used} (daily credits) | {2, teamUsed, retryAfterMs} (throughput).
- * KEYS[1] used:team, KEYS[2] used:key, KEYS[3] bucket; ARGV[1..6] cost, teamLimit, keyCap|'',
- * rate|'', now, ttl.
+ * Compare and apply: commits a ledger batch the driver decided against the values it read.
+ * Every value read is compared first; if any differs (another replica committed since), nothing
+ * is written and the current values are returned, so the driver decides again without another
+ * read. Otherwise the writes are applied.
+ *
+ * KEYS: the keys compared, in order (KEYS[1..C]), then the keys only written.
+ * ARGV: C; per compared key: F (0 for a string value), F field names, then max(F, 1) expected
+ * values, each '' for absent or '=' .. value; then W; per write: an operation, a KEYS index and
+ * its arguments:
+ *   incrby  i n ttlSeconds          hincrby i field n ttlSeconds
+ *   hset    i pexpireMs|0 N f1 v1 … fN vN
+ *   del     i                       zadd i score member        zrem i member
+ * Returns {1}, or {0, current values of every compared field in order, encoded as expected}.
  */
-const ADMIT = `
-local cost = tonumber(ARGV[1])
-local teamLimit = tonumber(ARGV[2])
-local keyCap = tonumber(ARGV[3])
-local rate = tonumber(ARGV[4])
-local now = tonumber(ARGV[5])
-local ttl = tonumber(ARGV[6])
-local function admit()
-  local teamUsed = tonumber(redis.call('GET', KEYS[1]) or '0')
-  if teamUsed + cost > teamLimit then
-    return {0, teamUsed, 'team', teamLimit, teamUsed}
+export const APPLY_SCRIPT = `
+local at = 1
+local function arg()
+  local value = ARGV[at]
+  at = at + 1
+  return value
+end
+local reply = {0}
+local conflict = false
+for c = 1, tonumber(arg()) do
+  local fieldCount = tonumber(arg())
+  local values
+  if fieldCount == 0 then
+    values = {redis.call('GET', KEYS[c])}
+    fieldCount = 1
+  else
+    local fields = {}
+    for f = 1, fieldCount do fields[f] = arg() end
+    values = redis.call('HMGET', KEYS[c], unpack(fields))
   end
-  local keyUsed = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if keyCap ~= nil and keyUsed + cost > keyCap then
-    return {0, teamUsed, 'key', keyCap, keyUsed}
+  for f = 1, fieldCount do
+    local seen = ''
+    if values[f] then seen = '=' .. values[f] end
+    if seen ~= arg() then conflict = true end
+    reply[#reply + 1] = seen
   end
-  if rate ~= nil then
-    local bucket = redis.call('HMGET', KEYS[3], 'tokens', 'at')
-    local tokens = tonumber(bucket[1])
-    local at = tonumber(bucket[2])
-    if tokens == nil then
-      tokens = rate
-    else
-      tokens = math.min(rate, tokens + math.max(0, now - at) * rate / 1000)
+end
+if conflict then
+  return reply
+end
+for _ = 1, tonumber(arg()) do
+  local op = arg()
+  local key = KEYS[tonumber(arg())]
+  if op == 'incrby' then
+    local n = arg()
+    local ttl = arg()
+    redis.call('INCRBY', key, n)
+    redis.call('EXPIRE', key, ttl)
+  elseif op == 'hincrby' then
+    local field = arg()
+    local n = arg()
+    local ttl = arg()
+    redis.call('HINCRBY', key, field, n)
+    redis.call('EXPIRE', key, ttl)
+  elseif op == 'hset' then
+    local pexpire = tonumber(arg())
+    local fieldValues = {}
+    for p = 1, 2 * tonumber(arg()) do fieldValues[p] = arg() end
+    redis.call('HSET', key, unpack(fieldValues))
+    if pexpire > 0 then redis.call('PEXPIRE', key, pexpire) end
+  elseif op == 'del' then
+    redis.call('DEL', key)
+  elseif op == 'zadd' then
+    local score = arg()
+    local member = arg()
+    redis.call('ZADD', key, score, member)
+  elseif op == 'zrem' then
+    redis.call('ZREM', key, arg())
+  else
+    return redis.error_reply('unknown ledger write ' .. tostring(op))
+  end
+end
+return {1}
+`;
+
+/** The reservation fields the credit rule reads, in the order the scripts return them. */
+export const RESERVATION_FIELDS = ['teamId', 'keyId', 'day', 'network', 'method', 'cost'] as const;
+
+/**
+ * Finds the reservations the sweep should refund, in one call: those created before a cutoff,
+ * those of another process whose heartbeat has expired ('dead'), and those of another process of
+ * this host ('local': the caller checks whether that process still runs, which Redis cannot).
+ * Index entries whose reservation no longer exists are dropped on the way.
+ * KEYS[1] reservations; ARGV = prefix, own owner tag, cutoff (epoch ms), this host's tag prefix.
+ * Returns, per reservation found, 11 values: id, why ('old' | 'dead' | 'local'), owner, then
+ * the RESERVATION_FIELDS and the team's and key's day totals, each encoded as APPLY_SCRIPT's
+ * expected values ('' or '=' .. value), so that refunding them is one APPLY_SCRIPT call.
+ */
+export const STALE_RESERVATIONS_SCRIPT = `
+local prefix, self, cutoff, host = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local function encoded(value)
+  if value then return '=' .. value end
+  return ''
+end
+local reply = {}
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local r = redis.call('HMGET', prefix .. 'resv:' .. id, 'owner', 'createdAt', 'teamId', 'keyId', 'day', 'network', 'method', 'cost')
+  local owner = r[1]
+  if not owner then
+    redis.call('ZREM', KEYS[1], id)
+  else
+    local why = nil
+    if tonumber(r[2] or '0') < cutoff then
+      why = 'old'
+    elseif owner ~= self then
+      if redis.call('EXISTS', prefix .. 'owner:' .. owner) == 0 then
+        why = 'dead'
+      elseif string.sub(owner, 1, #host) == host then
+        why = 'local'
+      end
     end
-    local needed = math.min(cost, rate)
-    local stamp = tostring(math.max(now, at or now))
-    if tokens < needed then
-      redis.call('HSET', KEYS[3], 'tokens', tostring(tokens), 'at', stamp)
-      redis.call('PEXPIRE', KEYS[3], 60000)
-      return {2, teamUsed, math.max(1, math.ceil((needed - tokens) * 1000 / rate))}
+    if why then
+      reply[#reply + 1] = id
+      reply[#reply + 1] = why
+      reply[#reply + 1] = owner
+      for f = 3, 8 do reply[#reply + 1] = encoded(r[f]) end
+      reply[#reply + 1] = encoded(redis.call('GET', prefix .. 'used:team:' .. r[3] .. ':' .. r[5]))
+      reply[#reply + 1] = encoded(redis.call('GET', prefix .. 'used:key:' .. r[4] .. ':' .. r[5]))
     end
-    redis.call('HSET', KEYS[3], 'tokens', tostring(tokens - cost), 'at', stamp)
-    redis.call('PEXPIRE', KEYS[3], 60000)
   end
-  teamUsed = redis.call('INCRBY', KEYS[1], cost)
-  redis.call('EXPIRE', KEYS[1], ttl)
-  redis.call('INCRBY', KEYS[2], cost)
-  redis.call('EXPIRE', KEYS[2], ttl)
-  return nil, teamUsed
 end
+return reply
 `;
 
 /**
- * charge, for `count` identical calls in a row (one script call for a turn's cache hits of one
- * key): admits them one by one and stops at the first refusal, which is the outcome of every
- * later one too (they are identical and nothing else runs in between).
- * KEYS = used:team, used:key, bucket, usage:c, usage:r; ARGV = cost, teamLimit, keyCap|'',
- * rate|'', now, ttl, usageField, count.
- * Returns {admitted, teamUsedAfterLastAdmitted, refusal...} where refusal is as ADMIT's, or none.
+ * Rotates a key's secret atomically: every current secret of the key stays valid until the
+ * bound, or its earlier bound from a previous rotation; the new secret is added.
+ * KEYS = key:<id>, key-secrets:<id>, secret:<newHash>; ARGV = prefix, newHash, bound (epoch ms), keyId.
+ * Returns 1, or 0 when there is no such key.
  */
-export const CHARGE_SCRIPT = `${ADMIT}
-local count = tonumber(ARGV[8])
-local admitted = 0
-local lastUsed = 0
-local refusal = nil
-for _ = 1, count do
-  local refused, teamUsed = admit()
-  if refused then
-    refusal = refused
-    break
+export const ROTATE_SCRIPT = `
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+local bound = tonumber(ARGV[3])
+for _, hash in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  local secret = ARGV[1] .. 'secret:' .. hash
+  local current = tonumber(redis.call('HGET', secret, 'validUntil') or '')
+  if current == nil or current > bound then
+    redis.call('HSET', secret, 'validUntil', ARGV[3])
   end
-  admitted = admitted + 1
-  lastUsed = teamUsed
 end
-if admitted > 0 then
-  redis.call('HINCRBY', KEYS[4], ARGV[7], admitted * cost)
-  redis.call('EXPIRE', KEYS[4], ttl)
-  redis.call('HINCRBY', KEYS[5], ARGV[7], admitted)
-  redis.call('EXPIRE', KEYS[5], ttl)
-end
-if refusal then
-  return {admitted, lastUsed, unpack(refusal)}
-end
-return {admitted, lastUsed}
-`;
-
-/**
- * reserve: KEYS = used:team, used:key, bucket, resv:<id>, reservations
- * ARGV = cost, teamLimit, keyCap|'', rate|'', now, ttl, reservationId, teamId, keyId, day, network, method, owner
- */
-export const RESERVE_SCRIPT = `${ADMIT}
-local refused, teamUsed = admit()
-if refused then
-  return refused
-end
-redis.call('HSET', KEYS[4], 'teamId', ARGV[8], 'keyId', ARGV[9], 'day', ARGV[10], 'network', ARGV[11],
-  'method', ARGV[12], 'cost', cost, 'owner', ARGV[13], 'createdAt', now)
-redis.call('ZADD', KEYS[5], now, ARGV[7])
-return {1, teamUsed}
-`;
-
-/**
- * settle / refund: KEYS = resv:<id>, reservations; ARGV = prefix, reservationId, ttl, mode ('settle'|'refund').
- * Key names are derived from the reservation inside the script (standalone Redis, not Cluster).
- * Returns {1, teamUsed}, or {3, 0} when the reservation no longer exists (already swept).
- */
-export const FINISH_SCRIPT = `
-local r = redis.call('HMGET', KEYS[1], 'teamId', 'keyId', 'day', 'network', 'method', 'cost')
-if r[1] == false then
-  return {3, 0}
-end
-redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[2], ARGV[2])
-local prefix, ttl, cost = ARGV[1], tonumber(ARGV[3]), tonumber(r[6])
-local teamKey = prefix .. 'used:team:' .. r[1] .. ':' .. r[3]
-if ARGV[4] == 'settle' then
-  local field = r[2] .. '\\t' .. r[4] .. '\\t' .. r[5]
-  redis.call('HINCRBY', prefix .. 'usage:c:' .. r[1] .. ':' .. r[3], field, cost)
-  redis.call('EXPIRE', prefix .. 'usage:c:' .. r[1] .. ':' .. r[3], ttl)
-  redis.call('HINCRBY', prefix .. 'usage:r:' .. r[1] .. ':' .. r[3], field, 1)
-  redis.call('EXPIRE', prefix .. 'usage:r:' .. r[1] .. ':' .. r[3], ttl)
-  return {1, tonumber(redis.call('GET', teamKey) or '0')}
-end
-local teamUsed = redis.call('DECRBY', teamKey, cost)
-redis.call('DECRBY', prefix .. 'used:key:' .. r[2] .. ':' .. r[3], cost)
-return {1, teamUsed}
+redis.call('HSET', KEYS[3], 'keyId', ARGV[4], 'validUntil', '')
+redis.call('SADD', KEYS[2], ARGV[2])
+return 1
 `;

@@ -1,6 +1,20 @@
+import type { Ledger } from '../metering/ledger.js';
+
+export type {
+  AdmissionResult,
+  ChargeSubject,
+  FinishResult,
+  Ledger,
+  LedgerDone,
+  LedgerOp,
+  LedgerRefusal,
+  LedgerResult,
+  ReservationGone,
+} from '../metering/ledger.js';
+
 /**
- * The state store behind the gateway: teams, keys (only secret hashes), and later the credit
- * ledger. Every method is async so that a networked driver (Redis) fits the same interface as
+ * The state store behind the gateway: teams, keys (only secret hashes), the credit ledger and
+ * usage. Every method is async so that a networked driver (Redis) fits the same interfaces as
  * the embedded SQLite one; callers never branch on the driver.
  */
 
@@ -51,11 +65,13 @@ export interface NewKey {
   expiresAt?: number | null;
 }
 
-export interface Store {
+/** Teams, their keys and the keys' secrets (hashes only): what authentication and the admin API read and change. */
+export interface KeyDirectory {
   createTeam(team: NewTeam): Promise<Team>;
   /** By id or by name. */
   findTeam(idOrName: string): Promise<Team | null>;
   listTeams(): Promise<Team[]>;
+  updateTeam(id: string, patch: TeamPatch): Promise<Team | null>;
   createKey(key: NewKey): Promise<ApiKey>;
   /**
    * The key whose current secret hashes to `secretHash`, with its team, whatever its state
@@ -66,26 +82,33 @@ export interface Store {
   findKey(id: string): Promise<ApiKey | null>;
   /** Marks a key revoked; false if there is no such key. */
   revokeKey(id: string, at: number): Promise<boolean>;
-  updateTeam(id: string, patch: TeamPatch): Promise<Team | null>;
   updateKey(id: string, patch: KeyPatch): Promise<ApiKey | null>;
   /**
-   * Gives a key a new secret. Its current secrets stay valid until `previousValidUntil`
-   * (epoch ms; `at` for no grace period). False if there is no such key.
+   * Gives a key a new secret, atomically. Its current secrets stay valid until
+   * `previousValidUntil` (epoch ms; `at` for no grace period), or their earlier bound from a
+   * previous rotation. False if there is no such key.
    */
   rotateKey(id: string, newSecretHash: string, previousValidUntil: number): Promise<boolean>;
+}
 
-  /** Applies ledger operations in order; one result per operation. */
-  applyLedger(ops: readonly LedgerOp[]): Promise<LedgerResult[]>;
+/** Settled usage, for reports. */
+export interface UsageReports {
   usage(query: UsageQuery): Promise<UsageRow[]>;
-  /**
-   * Refunds reservations that can no longer settle: those of gateway processes that died
-   * (checked at start-up) and any older than `olderThanMs`. Returns how many were refunded.
-   */
-  recoverReservations(olderThanMs: number): Promise<number>;
-  /** Teams, keys with their secret hashes, and one day's usage: what `tollgate migrate` copies. */
+}
+
+/** What `tollgate migrate` copies from one store to another. */
+export interface Snapshots {
+  /** Teams, keys with their secret hashes, and one day's usage. */
   exportSnapshot(day: string): Promise<StoreSnapshot>;
   /** Writes a snapshot into this store; ids are kept, existing teams with the same name conflict. */
   importSnapshot(snapshot: StoreSnapshot): Promise<void>;
+}
+
+/**
+ * A store driver: the hot {@link Ledger}, the {@link KeyDirectory}, usage reports and snapshots.
+ * Callers take the narrowest of these they need.
+ */
+export interface Store extends Ledger, KeyDirectory, UsageReports, Snapshots {
   /** Resolves if the store answers (readiness); rejects otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;
@@ -95,41 +118,6 @@ export interface Store {
 export class StoreConflictError extends Error {
   override name = 'StoreConflictError';
 }
-
-/** Who is charged for one call, and the limits that apply, as known when the call arrived. */
-export interface ChargeSubject {
-  teamId: string;
-  keyId: string;
-  network: string;
-  method: string;
-  cost: number;
-  /** The UTC day (`YYYY-MM-DD`) the charge belongs to. */
-  day: string;
-  teamDailyCredits: number;
-  keyDailyCap: number | null;
-  teamCreditsPerSecond: number | null;
-}
-
-/**
- * One ledger operation. Operations are applied in order, atomically per operation, and a batch
- * of them (everything one event-loop turn produced) is applied in one store round trip.
- */
-export type LedgerOp =
-  /** Hold credits before an upstream call; settled or refunded later by `reservationId`. */
-  | { type: 'reserve'; reservationId: string; subject: ChargeSubject; nowMs: number }
-  /** Reserve and settle at once: answers known before any upstream call (cache hits, local answers). */
-  | { type: 'charge'; subject: ChargeSubject; nowMs: number }
-  /** The call was answered: the reserved credits become a charge in the usage ledger. */
-  | { type: 'settle'; reservationId: string }
-  /** The call cost nothing after all (every upstream failed): give the credits back. */
-  | { type: 'refund'; reservationId: string }
-  /** Read the team's spend of a day without changing anything (for X-Credits-Remaining). */
-  | { type: 'peek'; teamId: string; day: string };
-
-export type LedgerResult =
-  | { ok: true; teamUsed: number }
-  | { ok: false; reason: 'daily_credits_exhausted'; scope: 'team' | 'key'; limit: number; used: number; teamUsed: number }
-  | { ok: false; reason: 'rate_limited'; retryAfterMs: number; teamUsed: number };
 
 export interface UsageQuery {
   teamId?: string;

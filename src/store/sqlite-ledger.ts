@@ -1,0 +1,120 @@
+import type Database from 'better-sqlite3';
+import { decideLedger, type Bucket, type LedgerCounters, type LedgerDecision, type LedgerDeltas } from '../metering/ledger-rule.js';
+import { typedResults, type Ledger, type LedgerOp } from '../metering/ledger.js';
+import { isLocalOwnerDead, PROCESS_OWNER_TAG } from './owner.js';
+import type { UsageRow } from './types.js';
+
+/**
+ * The SQLite driver's ledger. A batch of operations is one IMMEDIATE transaction: the rule
+ * (metering/ledger-rule.ts) reads the counters it needs through prepared statements, then what it
+ * decided is written, each team's and key's day total and each usage row once, so a turn of 100
+ * cache hits on one key costs a read of the team's total and three small writes.
+ *
+ * Tables (schema in sqlite-store.ts): `team_days`/`key_days` hold what a team or key has spent
+ * or reserved on a UTC day; `usage` holds settled charges by team, key, day, network and method;
+ * `reservations` holds credits held for calls in flight, tagged with the owning process so a
+ * restart can refund those of a process that died.
+ * Invariant: team_days.used = Σ usage.credits + Σ reservations.cost for that team and day.
+ *
+ * The credits-per-second buckets are in process memory with this driver: with several processes
+ * on one host each enforces the limit on its own traffic (the Redis driver shares it).
+ */
+
+export interface SqliteLedger extends Ledger {
+  /** Adds a snapshot's usage rows and the day totals they make up; runs inside the caller's transaction. */
+  importUsage(rows: readonly UsageRow[]): void;
+}
+
+interface ReservationRow {
+  team_id: string;
+  key_id: string;
+  day: string;
+  network: string;
+  method: string;
+  cost: number;
+}
+
+export function createSqliteLedger(db: Database.Database, options: { now: () => number }): SqliteLedger {
+  const owner = PROCESS_OWNER_TAG;
+  const buckets = new Map<string, Bucket>();
+  const statements = {
+    teamUsed: db.prepare<[string, string], { used: number }>('SELECT used FROM team_days WHERE team_id = ? AND day = ?'),
+    keyUsed: db.prepare<[string, string], { used: number }>('SELECT used FROM key_days WHERE key_id = ? AND day = ?'),
+    addTeamUsed: db.prepare<[string, string, number]>(
+      'INSERT INTO team_days (team_id, day, used) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET used = used + excluded.used',
+    ),
+    addKeyUsed: db.prepare<[string, string, number]>(
+      'INSERT INTO key_days (key_id, day, used) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET used = used + excluded.used',
+    ),
+    addUsage: db.prepare<[string, string, string, string, string, number, number]>(
+      `INSERT INTO usage (team_id, key_id, day, network, method, credits, requests) VALUES (?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT DO UPDATE SET credits = credits + excluded.credits, requests = requests + excluded.requests`,
+    ),
+    insertReservation: db.prepare<[string, string, string, string, string, string, string, number, number]>(
+      'INSERT INTO reservations (id, owner, team_id, key_id, day, network, method, cost, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
+    ),
+    takeReservation: db.prepare<[string], ReservationRow>(
+      'DELETE FROM reservations WHERE id = ? RETURNING team_id, key_id, day, network, method, cost',
+    ),
+    reservationOwners: db.prepare<[], { owner: string }>('SELECT DISTINCT owner FROM reservations'),
+    reservationsOfOwner: db.prepare<[string], { id: string }>('SELECT id FROM reservations WHERE owner = ?'),
+    reservationsOlderThan: db.prepare<[number], { id: string }>('SELECT id FROM reservations WHERE created_at < ?'),
+  };
+
+  const counters: LedgerCounters = {
+    teamUsed: (teamId, day) => statements.teamUsed.get(teamId, day)?.used ?? 0,
+    keyUsed: (keyId, day) => statements.keyUsed.get(keyId, day)?.used ?? 0,
+    bucket: (teamId) => buckets.get(teamId),
+    // Only a settle or refund reads a reservation, and either ends it: taking the row out as it
+    // is read saves a statement per call, in the same transaction as the rest of the batch.
+    reservation(id) {
+      const row = statements.takeReservation.get(id);
+      if (row === undefined) return undefined;
+      return { teamId: row.team_id, keyId: row.key_id, day: row.day, network: row.network, method: row.method, cost: row.cost };
+    },
+  };
+
+  /** Writes what the rule decided (reservations it ended were taken out when read). */
+  function commit(deltas: LedgerDeltas): void {
+    for (const team of deltas.teamDays) statements.addTeamUsed.run(team.id, team.day, team.delta);
+    for (const key of deltas.keyDays) statements.addKeyUsed.run(key.id, key.day, key.delta);
+    for (const row of deltas.usage) statements.addUsage.run(row.teamId, row.keyId, row.day, row.network, row.method, row.credits, row.requests);
+    for (const row of deltas.reserved) statements.insertReservation.run(row.id, owner, row.teamId, row.keyId, row.day, row.network, row.method, row.cost, row.createdAt);
+  }
+
+  function decideAndCommit(ops: readonly LedgerOp[]): LedgerDecision {
+    const decision = decideLedger(ops, counters);
+    commit(decision.deltas);
+    return decision;
+  }
+  const applyBatch = db.transaction(decideAndCommit);
+
+  const recover = db.transaction((olderThanMs: number): number => {
+    const ids = new Set<string>();
+    for (const { owner: other } of statements.reservationOwners.all()) {
+      if (isLocalOwnerDead(other)) for (const { id } of statements.reservationsOfOwner.all(other)) ids.add(id);
+    }
+    for (const { id } of statements.reservationsOlderThan.all(options.now() - olderThanMs)) ids.add(id);
+    const { results } = decideAndCommit([...ids].map((reservationId): LedgerOp => ({ type: 'refund', reservationId })));
+    return results.filter((result) => result.ok).length;
+  });
+
+  return {
+    async applyLedger(ops) {
+      const { results, deltas } = applyBatch.immediate(ops);
+      // Memory follows the database only once the transaction committed.
+      for (const { teamId, tokens, at } of deltas.buckets) buckets.set(teamId, { tokens, at });
+      return typedResults(ops, results);
+    },
+    async recoverReservations(olderThanMs) {
+      return recover.immediate(olderThanMs);
+    },
+    importUsage(rows) {
+      for (const row of rows) {
+        statements.addUsage.run(row.teamId, row.keyId, row.day, row.network, row.method, row.credits, row.requests);
+        statements.addTeamUsed.run(row.teamId, row.day, row.credits);
+        statements.addKeyUsed.run(row.keyId, row.day, row.credits);
+      }
+    },
+  };
+}
