@@ -1,7 +1,7 @@
 import { generateSecret, hashSecret } from '../auth/api-key.js';
 import { issueKey } from './key-issuer.js';
 import { utcDay } from '../metering/meter.js';
-import type { ApiKey, KeyPatch, NewKey, Store, Team, TeamPatch, UsageRow } from '../store/index.js';
+import type { ApiKey, KeyDirectory, KeyPatch, NewKey, Team, TeamPatch, UsageReports, UsageRow } from '../store/index.js';
 import { StoreConflictError } from '../store/index.js';
 
 /**
@@ -55,7 +55,7 @@ export interface AdminService {
   usage(query: { team?: string; key?: string; from?: string; to?: string; days?: number }): Promise<UsageReport>;
 }
 
-export function createAdminService(store: Store, options: { now?: () => number; onChange?: () => void } = {}): AdminService {
+export function createAdminService(store: KeyDirectory & UsageReports, options: { now?: () => number; onChange?: () => void } = {}): AdminService {
   const now = options.now ?? Date.now;
   const changed = () => options.onChange?.();
 

@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import { GatewayError } from '../errors.js';
-import type { KeyWithTeam, Store } from '../store/index.js';
+import type { KeyDirectory, KeyWithTeam } from '../store/index.js';
 import { hashSecret } from './api-key.js';
 
 /**
@@ -32,7 +32,7 @@ export interface Authenticator {
   clear(): void;
 }
 
-export function createAuthenticator(store: Store, options: AuthenticatorOptions): Authenticator {
+export function createAuthenticator(store: Pick<KeyDirectory, 'findKeyBySecretHash'>, options: AuthenticatorOptions): Authenticator {
   const now = options.now ?? Date.now;
   const cache =
     options.ttlMs > 0
