@@ -1,4 +1,5 @@
 import type { Socket } from 'node:net';
+import type { ServerResponse } from 'node:http';
 import type { Attempt } from '../routing/forward.js';
 import type { GatewayErrorCode } from '../errors.js';
 
@@ -14,6 +15,8 @@ export interface RequestContext {
   socket: Socket | undefined;
   /** Set once the response's head is being written (a late client error must not write another). */
   responding: boolean;
+  /** Its response: a client error on the connection is answered after it (or through it, for a timeout). */
+  response: ServerResponse | undefined;
   networkId?: string;
   teamId?: string;
   keyId?: string;
@@ -54,7 +57,7 @@ export function clientGone(ctx: RequestContext): boolean {
   return socket !== undefined && (socket.destroyed || !socket.writable);
 }
 
-export function createRequestContext(requestId: string, socket?: Socket): RequestContext {
+export function createRequestContext(requestId: string, socket?: Socket, response?: ServerResponse): RequestContext {
   // Every field is present from the start, so every context has one hidden class: adding them
   // stage by stage would reshape each object several times per request.
   return {
@@ -62,6 +65,7 @@ export function createRequestContext(requestId: string, socket?: Socket): Reques
     startedAt: performance.now(),
     socket,
     responding: false,
+    response,
     networkId: undefined,
     teamId: undefined,
     keyId: undefined,

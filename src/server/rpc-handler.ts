@@ -121,6 +121,8 @@ function prefixesOf(networks: NetworkSet): string[] {
 
 /** How long a closing connection keeps draining what its client still sends. */
 const LINGER_MS = 2_000;
+/** The same for a client cut off for being slow: its connection must close within a second of the bound. */
+const TIMEOUT_LINGER_MS = 200;
 
 /**
  * Closes a connection without losing what was written to it. Closing a TCP socket that still has
@@ -129,11 +131,11 @@ const LINGER_MS = 2_000;
  * FIN after what was written, keep reading and dropping whatever the client still sends, and
  * destroy once it closes its side, or after {@link LINGER_MS} (a lingering close, as nginx does).
  */
-function closeGracefully(socket: Socket): void {
+function closeGracefully(socket: Socket, lingerMs = LINGER_MS): void {
   if (socket.destroyed) return;
   socket.end();
   socket.resume();
-  const timer = setTimeout(() => socket.destroy(), LINGER_MS);
+  const timer = setTimeout(() => socket.destroy(), lingerMs);
   timer.unref();
   socket.once('close', () => clearTimeout(timer));
 }
@@ -156,7 +158,7 @@ function clientErrorCode(code: string | undefined): GatewayErrorCode {
   return 'TG_ERR_BAD_HTTP';
 }
 
-/** The request on a connection whose response has not been written yet, for a client error to annotate. */
+/** The last request that started on a connection (kept until the next one), for a client error to wait for or answer through. */
 const PENDING_REQUEST = Symbol('tollgate.pendingRequest');
 /** Set once a connection's client error was answered. */
 const CLIENT_ERROR_SEEN = Symbol('tollgate.clientErrorSeen');
@@ -378,8 +380,6 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
   }
 
   function finish(req: IncomingMessage, headers: IncomingHttpHeaders, ctx: RequestContext, networks: NetworkSet): void {
-    const socket = ctx.socket as TrackedSocket | undefined;
-    if (socket !== undefined && socket[PENDING_REQUEST] === ctx) socket[PENDING_REQUEST] = undefined;
     // Building the line costs more than a disabled level check (see docs/benchmarks.md).
     if (logger.isLevelEnabled('info')) {
       // Every string here is either ours, config text, or bounded and scrubbed (docs/security.md).
@@ -417,7 +417,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     // `req.headers` is a getter with a cost: read once, passed along.
     const headers = req.headers;
     const socket: TrackedSocket = req.socket;
-    const ctx = createRequestContext(requestIdOf(headers['x-request-id']), socket);
+    const ctx = createRequestContext(requestIdOf(headers['x-request-id']), socket, res);
     socket[PENDING_REQUEST] = ctx;
     const networks = deps.acquireNetworks();
     handle(req, headers, res, ctx, networks).then(
@@ -440,40 +440,62 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     handler(req, res);
   };
 
-  handler.clientError = (error, socket) => {
-    const tracked = socket as TrackedSocket;
-    // Node's parser stays in error: more bytes on the connection report it again. Answer once.
-    if (tracked[CLIENT_ERROR_SEEN] === true) return;
-    tracked[CLIENT_ERROR_SEEN] = true;
-    const pending = tracked[PENDING_REQUEST];
-    // A reset or a socket already closed: there is no one to answer.
-    if (error.code === 'ECONNRESET' || !socket.writable) return void socket.destroy();
-    // The response of the request in flight is being written: let it finish, then close; another
-    // answer cannot be written in its middle.
-    if (pending?.responding === true) {
-      if ('destroySoon' in socket) closeGracefully(socket as Socket);
-      else socket.destroy();
-      return;
-    }
-    const code = clientErrorCode(error.code);
+  /**
+   * Writes a client error's answer straight to the connection and closes it gracefully; logged
+   * on a line of its own unless it is the answer of a request that logs itself (`ctx`).
+   */
+  function answerClientError(socket: Socket, code: GatewayErrorCode, reason: string | undefined, lingerMs: number, ctx?: RequestContext): void {
+    if (socket.destroyed || !socket.writable) return void socket.destroy();
     const status = ERROR_REGISTRY[code].httpStatus;
-    const requestId = pending?.requestId ?? nextRequestId();
+    const requestId = ctx?.requestId ?? nextRequestId();
     const body = serialiseReply(errorReply(NULL_ID, new GatewayError(code)));
     const head = `HTTP/1.1 ${status} ${CLIENT_ERROR_REASONS[status] ?? 'Bad Request'}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nX-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n`;
     socket.write(Buffer.concat([Buffer.from(head, 'latin1'), body]));
     // Like Node's own handler, the connection is done; unlike it, without a reset (see closeGracefully).
-    if ('destroySoon' in socket) closeGracefully(socket as Socket);
-    else socket.destroy();
-    if (pending !== undefined && code === 'TG_ERR_REQUEST_TIMEOUT') {
-      // The slow request itself is logged (once) by its own handler, with this status.
-      pending.httpStatus = status;
-      pending.errorCode = code;
+    closeGracefully(socket, lingerMs);
+    if (ctx !== undefined) {
+      ctx.responding = true;
+      ctx.httpStatus = status;
+      ctx.errorCode = code;
       return;
     }
-    if (pending !== undefined) return; // bytes after a request: that request is logged as 499 when it finds its client gone
     if (logger.isLevelEnabled('info')) {
-      logger.info({ requestId, status, error: code, reason: bounded(error.code ?? 'unknown', MAX_LOGGED_REASON) }, 'request');
+      logger.info({ requestId, status, error: code, reason: bounded(reason ?? 'unknown', MAX_LOGGED_REASON) }, 'request');
     }
+  }
+
+  handler.clientError = (error, duplex) => {
+    const socket = duplex as TrackedSocket;
+    // Node's parser stays in error: more bytes on the connection report it again. Answer once.
+    if (socket[CLIENT_ERROR_SEEN] === true) return;
+    socket[CLIENT_ERROR_SEEN] = true;
+    // A reset, a client that closed its side mid-request, a socket already closed: no one to answer.
+    if (error.code === 'ECONNRESET' || error.code === 'HPE_INVALID_EOF_STATE' || !socket.writable || typeof socket.destroySoon !== 'function') {
+      return void socket.destroy();
+    }
+    const code = clientErrorCode(error.code);
+    // The last request that started on this connection; its response is the last one in order.
+    const latest = socket[PENDING_REQUEST];
+    const response = latest?.response;
+    // Its answer is worth waiting for only if it arrived whole; otherwise it is the request the
+    // refused bytes broke, and it learns of the close like a client that left.
+    const answered = latest === undefined || response === undefined || response.writableFinished || response.destroyed || response.req.complete !== true;
+    if (code === 'TG_ERR_REQUEST_TIMEOUT') {
+      // A slow client is cut off at once (the bound is documented); the request it was still
+      // sending, if any, is logged by its own handler with this status. A short linger only
+      // keeps the answer from being lost to a reset.
+      const slow = latest !== undefined && response !== undefined && !response.writableFinished && !response.destroyed && !latest.responding ? latest : undefined;
+      return answerClientError(socket, code, error.code, TIMEOUT_LINGER_MS, slow);
+    }
+    if (answered) return answerClientError(socket, code, error.code, LINGER_MS);
+    // Bytes Node refused after requests still being answered (pipelined garbage, anything after a
+    // `Connection: close` request): those answers go out first, then this one, then the close.
+    // Written now, it would go out ahead of them, where the client takes it for their answer.
+    closeGracefullyAfterResponse(socket);
+    response.once('finish', () => answerClientError(socket, code, error.code, LINGER_MS));
+    response.once('close', () => {
+      if (!response.writableFinished) socket.destroy();
+    });
   };
   return handler;
 }
