@@ -171,6 +171,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   const rpcServer = createServer(rpcServerOptions(config.server), rpcHandler);
   rpcServer.on('clientError', rpcHandler.clientError);
   rpcServer.on('checkContinue', rpcHandler.checkContinue);
+  rpcServer.on('connection', rpcHandler.connection);
 
   // Each request holds the network set it started on. A set replaced by a reload is closed only
   // once the last request that started on it is done, so a request in flight keeps the pools of

@@ -406,7 +406,10 @@ describe('found by the fuzz suite', () => {
     expect(JSON.parse(exchange.responses[1]!.body)).toEqual({ jsonrpc: '2.0', id: 2, result: '0x1' });
   });
 
-  it('a connection closed after a 413 is closed without a reset: the large answer pipelined before it arrives whole', async () => {
+  it.each([
+    ['a 413 (body over the limit)', `Content-Type: application/json\r\nContent-Length: ${8 * 1024 * 1024}`, 413],
+    ["the client's own Connection: close on a request refused before its body is read (415)", `Content-Type: text/plain\r\nContent-Length: ${2 * 1024 * 1024}\r\nConnection: close`, 415],
+  ])('a connection closed after %s is closed without a reset: the large answer pipelined before it arrives whole', async (_name, headers, status) => {
     // Closing a socket with unread bytes sends a reset, which discards what is still queued for
     // the client: here a charged 4 MB answer that a slow reader had not read yet.
     const big = await startScriptedUpstream({ kind: 'result', result: 'x'.repeat(4 * 1024 * 1024) });
@@ -415,12 +418,9 @@ describe('found by the fuzz suite', () => {
     gateways.push(bigNet);
     const path = new URL(bigNet.url('evm')).pathname;
     const first = postRequest(path, '{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{},"latest"]}');
-    const oversized = Buffer.concat([
-      Buffer.from(`POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${8 * 1024 * 1024}\r\n\r\n`),
-      Buffer.alloc(2 * 1024 * 1024, 0x20),
-    ]);
-    const exchange = await rawExchange(bigNet.gateway.rpcPort, [Buffer.concat([first, oversized])], { timeoutMs: 10_000, readAfterMs: 500 });
-    expect(exchange.responses.map((response) => response.status)).toEqual([200, 413]);
+    const closer = Buffer.concat([Buffer.from(`POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\n${headers}\r\n\r\n`), Buffer.alloc(2 * 1024 * 1024, 0x20)]);
+    const exchange = await rawExchange(bigNet.gateway.rpcPort, [Buffer.concat([first, closer])], { timeoutMs: 10_000, readAfterMs: 500 });
+    expect(exchange.responses.map((response) => response.status)).toEqual([200, status]);
     expect(exchange.responses[0]!.body.length).toBeGreaterThan(4 * 1024 * 1024);
     expect(await ledger(bigNet)).toEqual({ settled: 80, used: 80 });
   });

@@ -54,6 +54,12 @@ export interface RpcHandler {
    * sends it after its timeout).
    */
   checkContinue(req: IncomingMessage, res: ServerResponse): void;
+  /**
+   * The server's `connection` listener: Node ends a connection after a response that closes it
+   * (the client's `Connection: close`, HTTP/1.0, a 413, draining) with `destroySoon`, a reset if
+   * the client's bytes are unread; on the RPC listener it closes gracefully instead.
+   */
+  connection(socket: Socket): void;
 }
 
 /**
@@ -132,21 +138,13 @@ const TIMEOUT_LINGER_MS = 200;
  * destroy once it closes its side, or after {@link LINGER_MS} (a lingering close, as nginx does).
  */
 function closeGracefully(socket: Socket, lingerMs = LINGER_MS): void {
-  if (socket.destroyed) return;
+  if (socket.destroyed || (socket as TrackedSocket)[CLOSING] === true) return;
+  (socket as TrackedSocket)[CLOSING] = true;
   socket.end();
   socket.resume();
   const timer = setTimeout(() => socket.destroy(), lingerMs);
   timer.unref();
   socket.once('close', () => clearTimeout(timer));
-}
-
-/**
- * For a response sent with `Connection: close` while the client may still be sending (a body
- * over the limit): Node would end the connection with `destroySoon`, a reset if bytes are unread.
- * This socket's `destroySoon` lingers instead.
- */
-function closeGracefullyAfterResponse(socket: Socket): void {
-  socket.destroySoon = () => closeGracefully(socket);
 }
 
 /** Status line reasons of the statuses a client error is answered with. */
@@ -162,7 +160,9 @@ function clientErrorCode(code: string | undefined): GatewayErrorCode {
 const PENDING_REQUEST = Symbol('tollgate.pendingRequest');
 /** Set once a connection's client error was answered. */
 const CLIENT_ERROR_SEEN = Symbol('tollgate.clientErrorSeen');
-type TrackedSocket = Socket & { [PENDING_REQUEST]?: RequestContext; [CLIENT_ERROR_SEEN]?: boolean };
+/** Set once a connection is closing gracefully: what the client still sends is only drained. */
+const CLOSING = Symbol('tollgate.closing');
+type TrackedSocket = Socket & { [PENDING_REQUEST]?: RequestContext; [CLIENT_ERROR_SEEN]?: boolean; [CLOSING]?: boolean };
 
 export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
   const { server: serverConfig, logger } = deps;
@@ -264,7 +264,6 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     } catch (error) {
       if (error instanceof BodyTooLargeError) {
         res.setHeader('connection', 'close');
-        closeGracefullyAfterResponse(req.socket);
         return rejectWithCredits(new GatewayError('TG_ERR_BODY_TOO_LARGE', `request body larger than ${serverConfig.maxBodyBytes} bytes`));
       }
       if (error instanceof RequestClosedError) {
@@ -435,6 +434,10 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     );
   }) as RpcHandler;
 
+  handler.connection = (socket) => {
+    socket.destroySoon = () => closeGracefully(socket);
+  };
+
   handler.checkContinue = (req, res) => {
     if (res.socket !== null && !res.socket.destroyed) res.writeContinue();
     handler(req, res);
@@ -445,6 +448,8 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
    * on a line of its own unless it is the answer of a request that logs itself (`ctx`).
    */
   function answerClientError(socket: Socket, code: GatewayErrorCode, reason: string | undefined, lingerMs: number, ctx?: RequestContext): void {
+    // Already closing after a response that ended the connection: nothing more is written.
+    if ((socket as TrackedSocket)[CLOSING] === true) return;
     if (socket.destroyed || !socket.writable) return void socket.destroy();
     const status = ERROR_REGISTRY[code].httpStatus;
     const requestId = ctx?.requestId ?? nextRequestId();
@@ -467,7 +472,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
   handler.clientError = (error, duplex) => {
     const socket = duplex as TrackedSocket;
     // Node's parser stays in error: more bytes on the connection report it again. Answer once.
-    if (socket[CLIENT_ERROR_SEEN] === true) return;
+    if (socket[CLIENT_ERROR_SEEN] === true || socket[CLOSING] === true) return;
     socket[CLIENT_ERROR_SEEN] = true;
     // A reset, a client that closed its side mid-request, a socket already closed: no one to answer.
     if (error.code === 'ECONNRESET' || error.code === 'HPE_INVALID_EOF_STATE' || !socket.writable || typeof socket.destroySoon !== 'function') {
@@ -491,7 +496,6 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     // Bytes Node refused after requests still being answered (pipelined garbage, anything after a
     // `Connection: close` request): those answers go out first, then this one, then the close.
     // Written now, it would go out ahead of them, where the client takes it for their answer.
-    closeGracefullyAfterResponse(socket);
     response.once('finish', () => answerClientError(socket, code, error.code, LINGER_MS));
     response.once('close', () => {
       if (!response.writableFinished) socket.destroy();
