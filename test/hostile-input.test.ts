@@ -442,6 +442,17 @@ describe('found by the fuzz suite', () => {
     expect((await ledger(tg)).settled - before.settled).toBe(85);
   });
 
+  it('a pipelined request broken mid-body is answered 400 after the answer before it, which is delivered and charged', async () => {
+    const before = await ledger(tg);
+    const path = new URL(tg.url('evm')).pathname;
+    const first = postRequest(path, '{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}');
+    const broken = `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n[1,2]\r\nzz\r\n`;
+    const exchange = await rawExchange(tg.gateway.rpcPort, [Buffer.concat([first, Buffer.from(broken)])], { timeoutMs: 5_000 });
+    expect(exchange.responses.map((response) => response.status)).toEqual([200, 400]);
+    expect(JSON.parse(exchange.responses[0]!.body)).toEqual({ jsonrpc: '2.0', id: 1, result: '0x1' });
+    expect((await ledger(tg)).settled - before.settled).toBe(5);
+  });
+
   it('an HTTP/1.1 request without Host gets a JSON-RPC 400, not Node\'s bare one', async () => {
     const body = '{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}';
     const request = `POST ${new URL(tg.url('evm')).pathname} HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;

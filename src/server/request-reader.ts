@@ -84,3 +84,16 @@ export function readBody(req: IncomingMessage, maxBytes: number, contentLength: 
     req.on('close', onBodyClose);
   });
 }
+
+/**
+ * Gives up a body read still waiting for bytes, as if the client had left: the request was
+ * answered without its body (a client error on its connection), and Node, having detached it,
+ * will not close it.
+ */
+export function abandonBodyRead(req: IncomingMessage): void {
+  const read = (req as ReadingRequest)[BODY_READ];
+  if (read === undefined || read.ended) return;
+  read.ended = true;
+  stopReading(req as ReadingRequest);
+  read.reject(new RequestClosedError());
+}

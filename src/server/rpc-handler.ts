@@ -8,7 +8,7 @@ import { checkNetworkAllowed, type Authenticator } from '../auth/authenticator.j
 import type { GatewayConfig } from '../config/schema.js';
 import { bounded, logScrubber, methodForLog, pathForLog, type Logger } from '../logging/logger.js';
 import { CLIENT_CLOSED_REQUEST, clientGone, createRequestContext, type RequestContext } from './context.js';
-import { BodyTooLargeError, readBody, RequestClosedError } from './request-reader.js';
+import { abandonBodyRead, BodyTooLargeError, readBody, RequestClosedError } from './request-reader.js';
 import { internalError, type CallExecutor, type PendingReply } from './call-executor.js';
 import type { Meter } from '../metering/meter.js';
 import { utcDay } from '../metering/meter.js';
@@ -162,7 +162,9 @@ const PENDING_REQUEST = Symbol('tollgate.pendingRequest');
 const CLIENT_ERROR_SEEN = Symbol('tollgate.clientErrorSeen');
 /** Set once a connection is closing gracefully: what the client still sends is only drained. */
 const CLOSING = Symbol('tollgate.closing');
-type TrackedSocket = Socket & { [PENDING_REQUEST]?: RequestContext; [CLIENT_ERROR_SEEN]?: boolean; [CLOSING]?: boolean };
+/** How long this connection lingers when it closes, when not {@link LINGER_MS}. */
+const LINGER = Symbol('tollgate.linger');
+type TrackedSocket = Socket & { [PENDING_REQUEST]?: RequestContext; [CLIENT_ERROR_SEEN]?: boolean; [CLOSING]?: boolean; [LINGER]?: number };
 
 export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
   const { server: serverConfig, logger } = deps;
@@ -435,7 +437,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
   }) as RpcHandler;
 
   handler.connection = (socket) => {
-    socket.destroySoon = () => closeGracefully(socket);
+    socket.destroySoon = () => closeGracefully(socket, (socket as TrackedSocket)[LINGER]);
   };
 
   handler.checkContinue = (req, res) => {
@@ -443,30 +445,38 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     handler(req, res);
   };
 
-  /**
-   * Writes a client error's answer straight to the connection and closes it gracefully; logged
-   * on a line of its own unless it is the answer of a request that logs itself (`ctx`).
-   */
-  function answerClientError(socket: Socket, code: GatewayErrorCode, reason: string | undefined, lingerMs: number, ctx?: RequestContext): void {
+  /** Writes a client error's answer straight to the connection, closes it gracefully, logs it on a line of its own. */
+  function answerClientError(socket: Socket, code: GatewayErrorCode, reason: string | undefined, lingerMs: number): void {
     // Already closing after a response that ended the connection: nothing more is written.
     if ((socket as TrackedSocket)[CLOSING] === true) return;
     if (socket.destroyed || !socket.writable) return void socket.destroy();
     const status = ERROR_REGISTRY[code].httpStatus;
-    const requestId = ctx?.requestId ?? nextRequestId();
+    const requestId = nextRequestId();
     const body = serialiseReply(errorReply(NULL_ID, new GatewayError(code)));
     const head = `HTTP/1.1 ${status} ${CLIENT_ERROR_REASONS[status] ?? 'Bad Request'}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nX-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n`;
     socket.write(Buffer.concat([Buffer.from(head, 'latin1'), body]));
     // Like Node's own handler, the connection is done; unlike it, without a reset (see closeGracefully).
     closeGracefully(socket, lingerMs);
-    if (ctx !== undefined) {
-      ctx.responding = true;
-      ctx.httpStatus = status;
-      ctx.errorCode = code;
-      return;
-    }
     if (logger.isLevelEnabled('info')) {
       logger.info({ requestId, status, error: code, reason: bounded(reason ?? 'unknown', MAX_LOGGED_REASON) }, 'request');
     }
+  }
+
+  /**
+   * Answers the request still being received on a connection (the one refused bytes broke, or a
+   * slow one) with a client error, through its own response: Node writes it after any answer
+   * pipelined before it, then ends the connection (gracefully, see `connection`). Its handler,
+   * waiting for a body that will not come, is told to stop and logs it with this status.
+   */
+  function answerThrough(ctx: RequestContext, response: ServerResponse, code: GatewayErrorCode, lingerMs: number): void {
+    ctx.responding = true;
+    ctx.httpStatus = ERROR_REGISTRY[code].httpStatus;
+    ctx.errorCode = code;
+    if (ctx.socket !== undefined) (ctx.socket as TrackedSocket)[LINGER] = lingerMs;
+    const body = serialiseReply(errorReply(NULL_ID, new GatewayError(code)));
+    response.writeHead(ctx.httpStatus, ['content-type', 'application/json', 'content-length', String(body.length), 'x-request-id', ctx.requestId, 'connection', 'close']);
+    response.end(body);
+    abandonBodyRead(response.req);
   }
 
   handler.clientError = (error, duplex) => {
@@ -479,24 +489,20 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
       return void socket.destroy();
     }
     const code = clientErrorCode(error.code);
+    // A slow client is cut off promptly (the bound is documented): a short linger only keeps its
+    // answer from being lost to a reset.
+    const lingerMs = code === 'TG_ERR_REQUEST_TIMEOUT' ? TIMEOUT_LINGER_MS : LINGER_MS;
     // The last request that started on this connection; its response is the last one in order.
     const latest = socket[PENDING_REQUEST];
     const response = latest?.response;
-    // Its answer is worth waiting for only if it arrived whole; otherwise it is the request the
-    // refused bytes broke, and it learns of the close like a client that left.
-    const answered = latest === undefined || response === undefined || response.writableFinished || response.destroyed || response.req.complete !== true;
-    if (code === 'TG_ERR_REQUEST_TIMEOUT') {
-      // A slow client is cut off at once (the bound is documented); the request it was still
-      // sending, if any, is logged by its own handler with this status. A short linger only
-      // keeps the answer from being lost to a reset.
-      const slow = latest !== undefined && response !== undefined && !response.writableFinished && !response.destroyed && !latest.responding ? latest : undefined;
-      return answerClientError(socket, code, error.code, TIMEOUT_LINGER_MS, slow);
+    if (latest === undefined || response === undefined || response.writableFinished || response.destroyed) {
+      return answerClientError(socket, code, error.code, lingerMs);
     }
-    if (answered) return answerClientError(socket, code, error.code, LINGER_MS);
+    if (!latest.responding && response.req.complete !== true) return answerThrough(latest, response, code, lingerMs);
     // Bytes Node refused after requests still being answered (pipelined garbage, anything after a
     // `Connection: close` request): those answers go out first, then this one, then the close.
     // Written now, it would go out ahead of them, where the client takes it for their answer.
-    response.once('finish', () => answerClientError(socket, code, error.code, LINGER_MS));
+    response.once('finish', () => answerClientError(socket, code, error.code, lingerMs));
     response.once('close', () => {
       if (!response.writableFinished) socket.destroy();
     });
