@@ -500,10 +500,12 @@ describe('credit headers follow the balance exactly', () => {
     const refused = await step(blockCall(uniqueHash()), { status: 402, cost: 0, remaining: 50 });
     expect(refused.body.error.data).toMatchObject({ reason: 'daily_credits_exhausted', limit: 300, used: 250, cost: 80 });
 
-    // In a batch, the refused item gets its own -32005 and the rest is charged.
+    // In a batch, the refused item gets its own -32005 and the rest is charged. The refusal states
+    // the spend when the block item was decided: the chainId answer beside it is charged only
+    // when the response is written (nothing is charged before it can be delivered), so not yet.
     const partial = await step([call('eth_chainId', 1), blockCall(uniqueHash(), 2)], { status: 200, cost: 5, remaining: 45 });
     expect(partial.body[0].result).toBe('0x1');
-    expect(partial.body[1].error).toMatchObject({ code: -32005, data: { reason: 'daily_credits_exhausted', limit: 300, used: 255, cost: 80 } });
+    expect(partial.body[1].error).toMatchObject({ code: -32005, data: { reason: 'daily_credits_exhausted', limit: 300, used: 250, cost: 80 } });
 
     // A single call failing on every upstream: 502, nothing charged, the reservation given back.
     await step(call('eth_blockNumber'), { status: 502, cost: 0, remaining: 45 });
