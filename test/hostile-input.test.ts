@@ -401,9 +401,14 @@ describe('found by the fuzz suite', () => {
     const path = new URL(tg.url('evm')).pathname;
     const first = postRequest(path, '[]');
     const second = postRequest(path, '{"jsonrpc":"2.0","id":2,"method":"eth_chainId"}', ['Expect: 100-continue']);
-    const exchange = await rawExchange(tg.gateway.rpcPort, [Buffer.concat([first, second])], { responses: 2 });
-    expect(exchange.responses.map((response) => response.status)).toEqual([200, 200]);
+    const third = postRequest(path, '{"jsonrpc":"2.0","id":3,"method":"eth_chainId"}');
+    const before = await ledger(tg);
+    const exchange = await rawExchange(tg.gateway.rpcPort, [Buffer.concat([first, second, third])], { responses: 3 });
+    expect(exchange.responses.map((response) => response.status)).toEqual([200, 200, 200]);
     expect(JSON.parse(exchange.responses[1]!.body)).toEqual({ jsonrpc: '2.0', id: 2, result: '0x1' });
+    // Nor does it close the connection after it, dropping (charged) answers pipelined behind it.
+    expect(JSON.parse(exchange.responses[2]!.body)).toEqual({ jsonrpc: '2.0', id: 3, result: '0x1' });
+    expect((await ledger(tg)).settled - before.settled).toBe(10);
   });
 
   it.each([

@@ -441,7 +441,14 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
   };
 
   handler.checkContinue = (req, res) => {
-    if (res.socket !== null && !res.socket.destroyed) res.writeContinue();
+    if (res.socket !== null && !res.socket.destroyed) {
+      res.writeContinue();
+    } else {
+      // No interim response for a pipelined request: its client sent its body with it. Node would
+      // then close the connection after this response (a client waiting for `100 Continue` might
+      // still send its body), dropping the answers pipelined after it; this one is not waiting.
+      (res as ServerResponse & { _expect_continue?: boolean })._expect_continue = false;
+    }
     handler(req, res);
   };
 
