@@ -9,7 +9,7 @@ import { createBlockCache } from '../src/cache/block-cache.js';
 import { utcDay } from '../src/metering/meter.js';
 import { directRpc, useSeededAnvil } from './helpers/anvil.js';
 import { rpc, startTestGateway, type TestGateway } from './helpers/gateway.js';
-import { startScriptedUpstream, type BehaviourFn, type ScriptedBehaviour, type ScriptedUpstream } from './helpers/scripted-upstream.js';
+import { useScriptedUpstreams, type ScriptedBehaviour, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
 const NETWORK = 'eth';
 const COST = 80;
@@ -20,11 +20,7 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-async function upstream(behaviour: ScriptedBehaviour | BehaviourFn): Promise<ScriptedUpstream> {
-  const started = await startScriptedUpstream(behaviour);
-  cleanups.push(() => started.close());
-  return started;
-}
+const upstream = useScriptedUpstreams();
 
 async function gatewayOver(
   upstreams: Array<ScriptedUpstream | { upstream: ScriptedUpstream; timeoutMs: number }>,

@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { utcDay } from '../src/metering/meter.js';
 import { directRpc, useSeededAnvil } from './helpers/anvil.js';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
-import { startScriptedUpstream, type BehaviourFn, type ScriptedBehaviour, type ScriptedUpstream } from './helpers/scripted-upstream.js';
+import { useScriptedUpstreams, type BehaviourFn, type ScriptedBehaviour } from './helpers/scripted-upstream.js';
 
 const anvil = useSeededAnvil({}, { blocks: 12, txPerBlock: 3 });
 const COST = 80;
@@ -17,11 +17,7 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-async function upstream(behaviour: ScriptedBehaviour | BehaviourFn): Promise<ScriptedUpstream> {
-  const started = await startScriptedUpstream(behaviour);
-  cleanups.push(() => started.close());
-  return started;
-}
+const upstream = useScriptedUpstreams();
 
 async function gatewayOver(upstreams: Array<{ id: string; url: string } & Record<string, unknown>>, network: Record<string, unknown> = {}, now?: () => number): Promise<TestGateway> {
   const tg = await startTestGateway({ networks: [{ id: 'eth', kind: 'evm', chainId: 31337, upstreams, ...network }], now });

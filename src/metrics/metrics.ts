@@ -199,6 +199,8 @@ export function createMetrics(): GatewayMetrics {
   collectDefaultMetrics({ register: registry, prefix: 'tollgate_' });
   dropTotalSuffixedGauges(registry);
   const registers = [registry];
+  /** Upstream state read from the routing layer at scrape time (see upstream-state.ts). */
+  const upstreamGauge = (name: string, help: string) => new Gauge({ name, help, labelNames: ['network', 'upstream'] as const, registers });
   return {
     registry,
     requests: tallied({
@@ -228,36 +230,11 @@ export function createMetrics(): GatewayMetrics {
       buckets: LATENCY_BUCKETS,
       registers,
     }),
-    upstreamHealthy: new Gauge({
-      name: 'tollgate_upstream_healthy',
-      help: '1 while the upstream circuit is closed, 0 while it is open',
-      labelNames: ['network', 'upstream'],
-      registers,
-    }),
-    upstreamCircuitState: new Gauge({
-      name: 'tollgate_upstream_circuit_state',
-      help: "The upstream's circuit: 0 closed, 1 half-open (a trial under way), 2 open",
-      labelNames: ['network', 'upstream'],
-      registers,
-    }),
-    upstreamHeadBlock: new Gauge({
-      name: 'tollgate_upstream_head_block',
-      help: 'Chain head the last health probe of the upstream reported',
-      labelNames: ['network', 'upstream'],
-      registers,
-    }),
-    upstreamHeadLag: new Gauge({
-      name: 'tollgate_upstream_head_lag_blocks',
-      help: "Blocks the upstream's probed head is behind the best probed head of its network",
-      labelNames: ['network', 'upstream'],
-      registers,
-    }),
-    upstreamLatencyEstimate: new Gauge({
-      name: 'tollgate_upstream_latency_estimate_seconds',
-      help: "The latency estimate that ranks the upstream (fades while it is not refreshed)",
-      labelNames: ['network', 'upstream'],
-      registers,
-    }),
+    upstreamHealthy: upstreamGauge('tollgate_upstream_healthy', '1 while the upstream circuit is closed, 0 while it is open or half-open'),
+    upstreamCircuitState: upstreamGauge('tollgate_upstream_circuit_state', "The upstream's circuit: 0 closed, 1 half-open (a trial under way), 2 open"),
+    upstreamHeadBlock: upstreamGauge('tollgate_upstream_head_block', 'Chain head the last health probe of the upstream reported'),
+    upstreamHeadLag: upstreamGauge('tollgate_upstream_head_lag_blocks', "Blocks the upstream's probed head is behind the best probed head of its network"),
+    upstreamLatencyEstimate: upstreamGauge('tollgate_upstream_latency_estimate_seconds', "The latency estimate that ranks the upstream (fades while it is not refreshed)"),
     upstreamProbes: tallied({
       name: 'tollgate_upstream_probes_total',
       help: 'Health probes of upstreams, by outcome: ok or the failure reason',

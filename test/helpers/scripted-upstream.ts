@@ -5,6 +5,7 @@
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import { request } from 'undici';
+import { afterEach } from 'vitest';
 
 /** One HTTP request the upstream received, in arrival order. */
 export interface ReceivedCall {
@@ -223,6 +224,22 @@ export async function startScriptedUpstream(initial: ScriptedBehaviour | Behavio
       for (const s of sockets) s.destroy();
       return done;
     },
+  };
+}
+
+/**
+ * Registers an afterEach hook that closes every scripted upstream a test started, and returns
+ * the function that starts them.
+ */
+export function useScriptedUpstreams(): (behaviour: ScriptedBehaviour | BehaviourFn) => Promise<ScriptedUpstream> {
+  const started: ScriptedUpstream[] = [];
+  afterEach(async () => {
+    await Promise.all(started.splice(0).map((upstream) => upstream.close()));
+  });
+  return async (behaviour) => {
+    const upstream = await startScriptedUpstream(behaviour);
+    started.push(upstream);
+    return upstream;
   };
 }
 
