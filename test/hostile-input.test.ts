@@ -458,6 +458,19 @@ describe('found by the fuzz suite', () => {
     expect((await ledger(tg)).settled - before.settled).toBe(5);
   });
 
+  it('a request broken mid-body while its key is being looked up is answered once, and the gateway lives on', async () => {
+    // The 400 went out through its response while the handler awaited the (unknown) key's lookup;
+    // the lookup's 401 then tried to write a second answer: an unhandled rejection, the process gone
+    // (fuzz seed 828946038, case 928). Which comes first depends on timing: a guard for both orders.
+    const broken = `POST /evm/v3/tg_${'U'.repeat(32)} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n[1,2]\r\nzz\r\n`;
+    const exchange = await rawExchange(tg.gateway.rpcPort, [broken], { timeoutMs: 5_000 });
+    // The 401 comes first if the lookup finished before the broken chunk was read; then the 400.
+    expect(exchange.responses.map((response) => response.status)).toEqual(exchange.responses.length === 2 ? [401, 400] : [400]);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const alive = await rpc(tg.url('evm'), { jsonrpc: '2.0', id: 1, method: 'eth_chainId' });
+    expect(alive.status).toBe(200);
+  });
+
   it('an HTTP/1.1 request without Host gets a JSON-RPC 400, not Node\'s bare one', async () => {
     const body = '{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}';
     const request = `POST ${new URL(tg.url('evm')).pathname} HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;

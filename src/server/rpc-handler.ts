@@ -181,6 +181,9 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
    * A response whose client is gone is not written: the request is logged as 499.
    */
   function send(res: ServerResponse, ctx: RequestContext, status: number, body: Buffer | undefined, headers: string[] = []): void {
+    // Answered already: a client error on its connection answered it through its response
+    // (answerThrough) while this handler was still waiting (for a key lookup, say).
+    if (ctx.responding) return;
     ctx.responding = true;
     if (clientGone(ctx)) {
       ctx.httpStatus = CLIENT_CLOSED_REQUEST;
@@ -424,12 +427,18 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     handle(req, headers, res, ctx, networks).then(
       () => finish(req, headers, ctx, networks),
       (error: unknown) => {
-        if (error instanceof GatewayError) {
-          reject(res, ctx, error);
-        } else {
-          logger.error({ err: error, requestId: ctx.requestId }, 'request failed unexpectedly');
-          if (!res.headersSent) reject(res, ctx, new GatewayError('TG_ERR_INTERNAL', undefined, undefined, undefined, error));
-          else res.destroy();
+        // Nothing here may throw: it would be an unhandled rejection, which ends the process.
+        try {
+          if (error instanceof GatewayError) {
+            reject(res, ctx, error);
+          } else {
+            logger.error({ err: error, requestId: ctx.requestId }, 'request failed unexpectedly');
+            if (!res.headersSent) reject(res, ctx, new GatewayError('TG_ERR_INTERNAL', undefined, undefined, undefined, error));
+            else res.destroy();
+          }
+        } catch (failure) {
+          logger.error({ err: failure, requestId: ctx.requestId }, 'request failed unexpectedly');
+          res.destroy();
         }
         finish(req, headers, ctx, networks);
       },
