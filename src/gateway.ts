@@ -1,7 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { GatewayConfig } from './config/schema.js';
-import { createAdminHandler, adminApiRoutes, type AdminRoute } from './admin/admin-server.js';
+import { createAdminHandler, adminApiRoutes } from './admin/admin-server.js';
 import { createAdminService } from './admin/admin-service.js';
 import { createAuthenticator } from './auth/authenticator.js';
 import { createBlockCache, createDisabledBlockCache } from './cache/block-cache.js';
@@ -10,7 +10,11 @@ import { createLogger, logScrubber, type Logger } from './logging/logger.js';
 import { createMeter } from './metering/meter.js';
 import { createRequestRecorder } from './metrics/record.js';
 import { createMetrics } from './metrics/metrics.js';
-import { recordUpstreamState } from './metrics/upstream-state.js';
+import { createScrape } from './metrics/scrape.js';
+import { createThrottle } from './logging/throttle.js';
+import { operationalRoutes } from './admin/operational-routes.js';
+import { createConfigReloader } from './server/config-reload.js';
+import { createNetworkSetHolder } from './server/network-sets.js';
 import { createCallExecutor } from './server/call-executor.js';
 import { buildNetworkSet, type NetworkSet } from './server/network-runtime.js';
 import { createRpcHandler, rpcServerOptions } from './server/rpc-handler.js';
@@ -79,9 +83,10 @@ function closeServer(server: Server): Promise<void> {
 
 export async function startGateway(config: GatewayConfig, options: GatewayOptions = {}): Promise<RunningGateway> {
   const now = options.now ?? Date.now;
-  const logger = options.logger ?? createLogger({ secrets: [...collectConfigSecrets(config), ...(config.admin.token ? [config.admin.token] : [])] });
+  const configSecrets = [...collectConfigSecrets(config), ...(config.admin.token ? [config.admin.token] : [])];
+  const logger = options.logger ?? createLogger({ secrets: configSecrets });
   // Known secrets are scrubbed from error text and refused as request ids, whoever made the logger.
-  logScrubber(logger).add([...collectConfigSecrets(config), ...(config.admin.token ? [config.admin.token] : [])]);
+  logScrubber(logger).add(configSecrets);
   const ownsStore = options.store === undefined;
   const store =
     options.store ??
@@ -131,9 +136,16 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
         nullConfirmation: (network, result) => metrics.nullConfirmations.add(1, network, result),
       },
     });
-  let current = config;
-  let lastStoreErrorLog = 0;
-  let networks = buildNetworks(config);
+  const networkSets = createNetworkSetHolder(buildNetworks(config));
+  const reloader = createConfigReloader({
+    initial: config,
+    loadConfig: options.loadConfig,
+    buildNetworks,
+    networkSets,
+    logger,
+    onReload: (result) => metrics.configReloads.inc({ result }),
+  });
+  const shouldLogStoreError = createThrottle(STORE_ERROR_LOG_INTERVAL_MS, now);
   let draining = false;
 
   const rpcHandler = createRpcHandler({
@@ -146,23 +158,19 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
       failOpen: config.store.driver === 'redis' && config.store.failOpen,
       onStoreError: (error) => {
         metrics.storeErrors.inc();
-        // One log line per burst: a Redis outage would otherwise log every request.
-        if (Date.now() - lastStoreErrorLog > STORE_ERROR_LOG_INTERVAL_MS) {
-          lastStoreErrorLog = Date.now();
-          logger.error({ err: error }, 'the store is unreachable; answering per the store failure policy');
-        }
+        if (shouldLogStoreError()) logger.error({ err: error }, 'the store is unreachable; answering per the store failure policy');
       },
       onCacheLookup: (network, hit) => metrics.cacheLookups.add(1, network, hit ? 'hit' : 'miss'),
     }),
     meter,
     now,
     logger,
-    acquireNetworks: () => acquireNetworks(),
+    acquireNetworks: networkSets.acquire,
     // While draining, every response tells its keep-alive client to close, so the drain ends
     // with the last response rather than a keep-alive timeout.
     draining: () => draining,
     onFinished: (ctx, set) => {
-      releaseNetworks(set);
+      networkSets.release(set);
       recordRequest(ctx);
     },
   });
@@ -173,112 +181,16 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   rpcServer.on('checkContinue', rpcHandler.checkContinue);
   rpcServer.on('connection', rpcHandler.connection);
 
-  // Each request holds the network set it started on. A set replaced by a reload is closed only
-  // once the last request that started on it is done, so a request in flight keeps the pools of
-  // the upstreams it has not tried yet (failover). Plain counters rather than a map lookup and a
-  // gauge update per request (both on the cache-hit path); the gauge is set when scraped.
-  /** Requests in flight that started on the current `networks`. */
-  let requestsOnCurrentSet = 0;
-  /** Sets replaced by a reload, with their requests still in flight. */
-  const retiredSets = new Map<NetworkSet, number>();
-  const requestsInFlight = (): number => {
-    let count = requestsOnCurrentSet;
-    for (const left of retiredSets.values()) count += left;
-    return count;
-  };
-  const acquireNetworks = (): NetworkSet => {
-    requestsOnCurrentSet += 1;
-    return networks;
-  };
-  const releaseNetworks = (set: NetworkSet): void => {
-    if (set === networks) {
-      requestsOnCurrentSet -= 1;
-      return;
-    }
-    const left = (retiredSets.get(set) ?? 1) - 1;
-    if (left > 0) return void retiredSets.set(set, left);
-    retiredSets.delete(set);
-    void set.close();
-  };
-
-  async function reload(): Promise<void> {
-    if (options.loadConfig === undefined) throw new Error('this gateway was started without a config file to reload');
-    let next: GatewayConfig;
-    try {
-      next = options.loadConfig();
-    } catch (error) {
-      metrics.configReloads.inc({ result: 'rejected' });
-      logger.error({ err: error }, 'config reload rejected; the running config stays');
-      throw error;
-    }
-    // Only networks are swapped live; say so when other sections changed, rather than ignore them silently.
-    const needRestart = (Object.keys(next) as Array<keyof GatewayConfig>).filter(
-      (section) => section !== 'networks' && JSON.stringify(next[section]) !== JSON.stringify(current[section]),
-    );
-    if (needRestart.length > 0) logger.warn({ sections: needRestart }, 'these config sections change only at the next restart');
-    const previous = networks;
-    networks = buildNetworks(next);
-    current = { ...current, networks: next.networks };
-    logScrubber(logger).add(collectConfigSecrets(next));
-    metrics.configReloads.inc({ result: 'ok' });
-    logger.info({ networks: [...networks.byId.keys()] }, 'config reloaded: networks, upstreams and costs');
-    // Requests already running hold the previous set; its pools close once they finish.
-    if (requestsOnCurrentSet > 0) retiredSets.set(previous, requestsOnCurrentSet);
-    else void previous.close();
-    requestsOnCurrentSet = 0;
-  }
-
-  async function readiness(): Promise<{ ready: boolean; checks: Record<string, unknown> }> {
-    let storeOk = true;
-    try {
-      await store.ping();
-    } catch {
-      storeOk = false;
-    }
-    const upstreams = Object.fromEntries([...networks.byId].map(([id, runtime]) => [id, runtime.forwarder.hasHealthyUpstream()]));
-    const ready = !draining && storeOk && Object.values(upstreams).every(Boolean);
-    return { ready, checks: { draining, store: storeOk, networks: upstreams } };
-  }
-
-  const operationalRoutes: AdminRoute[] = [
-    { method: 'GET', path: '/healthz', public: true, handle: () => ({ body: { status: 'ok' } }) },
-    {
-      method: 'GET',
-      path: '/readyz',
-      public: true,
-      handle: async () => {
-        const { ready, checks } = await readiness();
-        return { status: ready ? 200 : 503, body: { status: ready ? 'ready' : 'not ready', ...checks } };
-      },
-    },
-    {
-      method: 'GET',
-      path: '/metrics',
-      handle: async () => {
-        const stats = cache.stats();
-        metrics.cacheBytes.set(stats.bytes);
-        metrics.cacheEntries.set(stats.entries);
-        metrics.inFlight.set(requestsInFlight());
-        recordUpstreamState(metrics, networks.byId);
-        return { body: await metrics.registry.metrics(), contentType: metrics.registry.contentType };
-      },
-    },
-    {
-      method: 'POST',
-      path: '/v1/reload',
-      handle: async () => {
-        try {
-          await reload();
-        } catch (error) {
-          return { status: 400, body: { error: { code: 'invalid_config', message: (error as Error).message } } };
-        }
-        return { body: { reloaded: true, networks: [...networks.byId.keys()] } };
-      },
-    },
-  ];
+  const operational = operationalRoutes({
+    store,
+    networks: networkSets.current,
+    draining: () => draining,
+    scrape: createScrape(metrics, { cache, inFlight: networkSets.inFlight, networks: networkSets.current }),
+    reload: reloader.reload,
+  });
   const admin = createAdminService(store, { now, onChange: () => authenticator.clear() });
   const adminServer = createServer(
-    createAdminHandler([...operationalRoutes, ...adminApiRoutes(admin, { defaultRotationGraceMs: config.auth.rotationGraceMs })], {
+    createAdminHandler([...operational, ...adminApiRoutes(admin, { defaultRotationGraceMs: config.auth.rotationGraceMs })], {
       token: config.admin.token,
       logger,
     }),
@@ -288,7 +200,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   const adminAddress = await listen(adminServer, config.admin.port, config.admin.host);
   const rpcOrigin = originOf(rpcAddress);
   const adminOrigin = originOf(adminAddress);
-  logger.info({ rpc: rpcOrigin, admin: adminOrigin, networks: [...networks.byId.keys()] }, 'gateway listening');
+  logger.info({ rpc: rpcOrigin, admin: adminOrigin, networks: [...networkSets.current().byId.keys()] }, 'gateway listening');
 
   let closing: Promise<void> | undefined;
   function close(): Promise<void> {
@@ -299,9 +211,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
       await closeServer(adminServer);
       await meter.flush();
       meter.close();
-      const sets = [networks, ...retiredSets.keys()];
-      retiredSets.clear();
-      await Promise.all(sets.map((set) => set.close()));
+      await networkSets.closeAll();
       if (ownsStore) await store.close();
     })();
     return closing;
@@ -309,14 +219,14 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
 
   return {
     get config() {
-      return current;
+      return reloader.current();
     },
     store,
     logger,
     rpcOrigin,
     rpcPort: rpcAddress.port,
     adminOrigin,
-    reload,
+    reload: reloader.reload,
     async drain() {
       draining = true;
       logger.info({ graceMs: config.server.drainTimeoutMs }, 'draining: refusing new connections, finishing in-flight requests');

@@ -1,0 +1,26 @@
+import type { BlockCache } from '../cache/block-cache.js';
+import type { Forwarder } from '../routing/forward.js';
+import type { GatewayMetrics } from './metrics.js';
+import { recordUpstreamState } from './upstream-state.js';
+
+export interface ScrapeSources {
+  cache: Pick<BlockCache, 'stats'>;
+  /** Requests in flight (counted in plain counters on the hot path). */
+  inFlight: () => number;
+  networks: () => { byId: ReadonlyMap<string, { forwarder: Forwarder }> };
+}
+
+/**
+ * The Prometheus exposition. Gauges whose truth lives elsewhere (cache size, requests in flight,
+ * upstream state) are set from their sources when scraped rather than kept in step per request.
+ */
+export function createScrape(metrics: GatewayMetrics, sources: ScrapeSources): () => Promise<{ text: string; contentType: string }> {
+  return async () => {
+    const stats = sources.cache.stats();
+    metrics.cacheBytes.set(stats.bytes);
+    metrics.cacheEntries.set(stats.entries);
+    metrics.inFlight.set(sources.inFlight());
+    recordUpstreamState(metrics, sources.networks().byId);
+    return { text: await metrics.registry.metrics(), contentType: metrics.registry.contentType };
+  };
+}
