@@ -184,6 +184,13 @@ describe('getAssetsByGroup validation: rule, code and message, in the reference 
     expect(named.calls).toHaveLength(0);
   });
 
+  it('params: null is params missing → -32602 (not -32600), nothing forwarded', async () => {
+    const r = await rpc(tg.url('das-named'), { jsonrpc: '2.0', id: 'n', method: 'getAssetsByGroup', params: null });
+    expect(r.body).toMatchObject({ id: 'n', error: { code: -32602 } });
+    expect(r.body.error.message).toMatch(/missing params/);
+    expect(named.calls).toHaveLength(0);
+  });
+
   it('a batch of invalid items is answered per item and forwards nothing', async () => {
     const r = await rpc(tg.url('das-positional'), [
       { jsonrpc: '2.0', id: 1, method: 'getAssetsByGroup', params: ['collection', 'bad'] },

@@ -91,7 +91,6 @@ describe('envelope errors', () => {
     ['method missing', { jsonrpc: '2.0', id: 9 }, 9, /method/],
     ['params a number', { jsonrpc: '2.0', id: 10, method: 'eth_chainId', params: 5 }, 10, /params/],
     ['params a string', { jsonrpc: '2.0', id: 11, method: 'eth_chainId', params: 'x' }, 11, /params/],
-    ['params null', { jsonrpc: '2.0', id: 12, method: 'eth_chainId', params: null }, 12, /params/],
     ['id an object', { jsonrpc: '2.0', id: { a: 1 }, method: 'eth_chainId' }, null, /id/],
     ['id a boolean', { jsonrpc: '2.0', id: true, method: 'eth_chainId' }, null, /id/],
   ])('%s → -32600 echoing the id when valid', async (_name, body, id, message) => {
@@ -100,6 +99,15 @@ describe('envelope errors', () => {
     expect(r.body).toMatchObject({ jsonrpc: '2.0', error: { code: -32600 } });
     expect(r.body.id).toStrictEqual(id);
     expect(r.body.error.message).toMatch(message);
+  });
+
+  it('params null means params not given: -32602 naming what is missing for a method that needs them, served for one that takes none', async () => {
+    const block = await rpc(url, { jsonrpc: '2.0', id: 12, method: 'eth_getBlockByHash', params: null });
+    expect(block.status).toBe(200);
+    expect(block.body).toMatchObject({ jsonrpc: '2.0', id: 12, error: { code: -32602 } });
+    expect(block.body.error.message).toMatch(/params|argument 0/);
+    const chainId = await rpc(url, { jsonrpc: '2.0', id: 13, method: 'eth_chainId', params: null });
+    expect(chainId.body).toStrictEqual({ jsonrpc: '2.0', id: 13, result: expect.stringMatching(/^0x[0-9a-f]+$/) });
   });
 
   it(`batch over maxBatchItems (${MAX_BATCH_ITEMS}) → one -32600 "batch too large", nothing executed`, async () => {
