@@ -162,6 +162,19 @@ describe('schema rules', () => {
     expect(parseConfig(asset, {}).networks[0]!.chainId).toBeUndefined();
   });
 
+  it('requestTimeoutMs is bounded: at most 5 minutes, and shorter than credits.staleReservationMs', () => {
+    const config = minimal();
+    const [network] = config.networks as Array<Record<string, unknown>>;
+    network!.requestTimeoutMs = 300_001;
+    expect(configError(() => parseConfig(config, {}))).toContain('networks.0.requestTimeoutMs');
+    network!.requestTimeoutMs = 300_000;
+    expect(parseConfig(config, {}).networks[0]!.requestTimeoutMs).toBe(300_000);
+    config.credits = { staleReservationMs: 300_000 };
+    const message = configError(() => parseConfig(config, {}));
+    expect(message).toContain('networks.0.requestTimeoutMs');
+    expect(message).toContain('credits.staleReservationMs');
+  });
+
   it('no networks at all is rejected', () => {
     expect(configError(() => parseConfig({}, {}))).toContain('networks');
   });

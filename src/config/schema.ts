@@ -6,6 +6,9 @@ import { z } from 'zod';
  * Durations are milliseconds, sizes are bytes, unless the field name says otherwise.
  */
 
+/** The longest deadline a network may give a request (its reservation is held that long). */
+export const MAX_REQUEST_TIMEOUT_MS = 5 * 60_000;
+
 const port = z.number().int().min(0).max(65535);
 const positiveInt = z.number().int().positive();
 const credits = z.number().int().min(0);
@@ -88,8 +91,11 @@ const networkSchema = z.strictObject({
    * and lists extra pass-through methods the network offers (forwarded unvalidated).
    */
   methods: z.record(methodName, credits).default({}),
-  /** Deadline of a whole request (all failover attempts) on this network. */
-  requestTimeoutMs: positiveInt.default(10_000),
+  /**
+   * Deadline of a whole request (all failover attempts) on this network. At most 5 minutes, and
+   * shorter than `credits.staleReservationMs`, so no request outlives its reservation.
+   */
+  requestTimeoutMs: positiveInt.max(MAX_REQUEST_TIMEOUT_MS).default(10_000),
   circuitBreaker: circuitBreakerSchema.prefault({}),
   /**
    * How much of an `eth_getBlockByHash` answer is checked before it is answered or cached:
@@ -222,6 +228,13 @@ export const configSchema = z
         }
         upstreamIds.add(upstream.id);
       });
+      if (network.requestTimeoutMs >= config.credits.staleReservationMs) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['networks', index, 'requestTimeoutMs'],
+          message: `must be shorter than credits.staleReservationMs (${config.credits.staleReservationMs}), or the sweep would refund a request still running`,
+        });
+      }
       if (network.kind === 'evm' && network.chainId === undefined) {
         ctx.addIssue({ code: 'custom', path: ['networks', index, 'chainId'], message: 'EVM networks need a chainId' });
       }

@@ -3,6 +3,7 @@
 
 import { Writable } from 'node:stream';
 import { parseConfig } from '../../src/config/load.js';
+import type { GatewayConfig } from '../../src/config/schema.js';
 import { startGateway, type RunningGateway } from '../../src/gateway.js';
 import { issueKey } from '../../src/admin/key-issuer.js';
 import { createLogger } from '../../src/logging/logger.js';
@@ -32,20 +33,28 @@ export interface TestGatewayOptions {
   dailyCredits?: number;
   now?: () => number;
   store?: Store;
+  /** The `networks` section a reload (SIGHUP, `POST /v1/reload`) reads, same defaults; without it reload is refused. */
+  reloadNetworks?: () => Array<Record<string, unknown> & { id: string }>;
 }
 
-export async function startTestGateway(options: TestGatewayOptions): Promise<TestGateway> {
-  const config = parseConfig(
+function testConfig(options: TestGatewayOptions, networks: TestGatewayOptions['networks']): GatewayConfig {
+  return parseConfig(
     {
       server: { host: '127.0.0.1', port: 0 },
       admin: { host: '127.0.0.1', port: 0, token: TEST_ADMIN_TOKEN },
       ...options.config,
       // Health probes are off unless a test turns them on: many tests count the calls an upstream receives.
-      networks: options.networks.map((network) => ({ baseUrls: [`*/${network.id}`], healthCheck: { intervalMs: 0 }, ...network })),
+      networks: networks.map((network) => ({ baseUrls: [`*/${network.id}`], healthCheck: { intervalMs: 0 }, ...network })),
     },
     process.env,
     'test config',
   );
+}
+
+export async function startTestGateway(options: TestGatewayOptions): Promise<TestGateway> {
+  const config = testConfig(options, options.networks);
+  const { reloadNetworks } = options;
+  const loadConfig = reloadNetworks === undefined ? undefined : () => testConfig(options, reloadNetworks());
   const logLines: string[] = [];
   const destination = new Writable({
     write(chunk: Buffer, _encoding, callback) {
@@ -57,7 +66,7 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
   const store = options.store ?? (await openStore({ driver: 'sqlite', path: ':memory:' }, { now: options.now }));
   const team = await store.createTeam({ name: `team-${Math.random().toString(36).slice(2)}`, dailyCredits: options.dailyCredits ?? 1_000_000_000 });
   const { key, secret } = await issueKey(store, { teamId: team.id });
-  const gateway = await startGateway(config, { logger, store, now: options.now });
+  const gateway = await startGateway(config, { logger, store, now: options.now, loadConfig });
   return {
     gateway,
     store,
