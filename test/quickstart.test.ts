@@ -3,7 +3,7 @@
 // answers through the gateway, and takes anvil down with it on SIGTERM and SIGINT.
 
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
@@ -237,8 +237,8 @@ describe('npm start', () => {
     expect(other).toEqual([]);
 
     // Ctrl-C in a terminal signals the whole foreground process group (npm, its `sh -c`, node).
-    // (npm itself only forwards signals to its `sh -c`, which does not pass them on, so a
-    // `kill <npm pid>` alone would orphan the devnet: that is npm's behaviour, not Tollgate's.)
+    // (npm itself only forwards signals to its `sh -c`, which does not pass them on; a devnet
+    // whose npm is killed notices that by itself, tested below.)
     signalChild(devnet.child, 'SIGINT');
     await withTimeout(devnet.exited, EXIT_TIMEOUT_MS, 'npm exit after SIGINT');
     await withTimeout(
@@ -250,6 +250,41 @@ describe('npm start', () => {
       EXIT_TIMEOUT_MS,
       'anvil and the gateway stopping after npm start was interrupted',
     );
+    expect(await answers(devnet.info.evmUrl)).toBe(false);
+  });
+
+  it.runIf(process.platform === 'linux')('stops anvil and the gateway within 2 s when the npm start process is killed with SIGKILL', async () => {
+    const dataDir = join(tempDir(), 'npm-kill-data');
+    const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+    const devnet = await startDevnet(npm, ['start', '--', '--json', '--port', '0', '--data-dir', dataDir], { firstLineOnly: false, detached: true });
+    const group = devnet.child.pid!;
+    expect(await answers(devnet.info.evmUpstreamUrl)).toBe(true);
+    expect(await answers(devnet.info.evmUrl)).toBe(true);
+
+    // Only the leader (npm) dies, as when a supervisor or CI step kills the process it started;
+    // its `sh -c`, the devnet's node and anvil stay in the process group it led.
+    const killedAt = performance.now();
+    process.kill(group, 'SIGKILL');
+    // Running members of the group, from /proc: a zombie (an exited `sh` whose new parent, a
+    // container's pid 1, never reaps it) runs nothing and holds no port.
+    const groupAlive = (): boolean =>
+      readdirSync('/proc')
+        .filter((entry) => /^\d+$/.test(entry))
+        .some((pid) => {
+          try {
+            const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+            const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+            return Number(pgrp) === group && state !== 'Z';
+          } catch {
+            return false;
+          }
+        });
+    expect(groupAlive()).toBe(true);
+    while (groupAlive() && performance.now() - killedAt < 2_000) await new Promise((resolve) => setTimeout(resolve, 50));
+    const tookMs = performance.now() - killedAt;
+    // Every process of the group (sh, node, anvil) is gone, so nothing answers any more.
+    expect(groupAlive(), `processes of the npm start group still running ${Math.round(tookMs)} ms after SIGKILL`).toBe(false);
+    expect(await answers(devnet.info.evmUpstreamUrl)).toBe(false);
     expect(await answers(devnet.info.evmUrl)).toBe(false);
   });
 });

@@ -7,6 +7,7 @@ import pino from 'pino';
 import { issueKey } from '../admin/key-issuer.js';
 import { openStore, type Store } from '../store/index.js';
 import { seedAnvil, startAnvil, type AnvilNode } from './anvil.js';
+import { watchLauncher } from './launcher-watch.js';
 import { startSampleDasThread, type SampleDasThread } from './sample-das/index.js';
 
 /**
@@ -38,6 +39,7 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
   const stop = async (exitCode: number) => {
     if (stopping) return;
     stopping = true;
+    launcher.stop();
     await started.gateway?.close().catch(() => undefined);
     await started.das?.close().catch(() => undefined);
     await started.anvil?.stop().catch(() => undefined);
@@ -50,6 +52,11 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
   const onSignal = () => (stopping ? process.exit(1) : void stop(0));
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
+  // Killed launcher (npm start under SIGKILL): stop at once, without the drain a signal gets.
+  const launcher = watchLauncher(() => {
+    process.stderr.write('the process that started the devnet is gone; stopping anvil and the gateway\n');
+    void stop(0);
+  });
 
   try {
     const anvil = await startAnvil();
