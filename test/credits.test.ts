@@ -720,16 +720,34 @@ describe('credits-per-second throughput (token bucket, burst = one second of cre
 // ---------------------------------------------------------------------------------------------
 // 7. Reserve, then settle or refund
 
+/** A promise the test resolves when it chooses (Node 20 has no Promise.withResolvers). */
+function openable(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((done) => (resolve = done));
+  return { promise, resolve };
+}
+
 describe('reserve, then settle or refund', () => {
   const clock = createTestClock(Date.UTC(2030, 8, 9, 18, 0, 0));
   const today = (): string => utcDayOf(clock.now());
   let tg: TestGateway;
+  let upstream: ScriptedUpstream;
+  /**
+   * Upstream answers wait for the test to open this gate, so "still in flight" is a state the
+   * test holds, not a time it hopes for. Blocks are answered; eth_blockNumber fails (500).
+   */
+  let gate = openable();
+
+  /** Resolves once the upstream has received `count` calls in all. */
+  async function upstreamReceived(count: number): Promise<void> {
+    while (upstream.calls.length < count) await new Promise((resolve) => setImmediate(resolve));
+  }
 
   beforeAll(async () => {
-    // Blocks take 500 ms; eth_blockNumber fails on the only upstream after 300 ms.
-    const upstream = await scripted((received) =>
-      (received.body as RpcItem).method === 'eth_blockNumber' ? { kind: 'status', status: 500, delayMs: 300 } : blockUpstream(500),
-    );
+    upstream = await scripted(async (received) => {
+      await gate.promise;
+      return (received.body as RpcItem).method === 'eth_blockNumber' ? { kind: 'status', status: 500 } : blockUpstream(0);
+    });
     tg = await gatewayWith({
       networks: [{ id: 'eth', kind: 'evm', verification: 'off', chainId: 1, upstreams: [{ id: 'u1', url: upstream.url }], methods: { eth_blockNumber: 10 } }],
       dailyCredits: 100,
@@ -738,14 +756,18 @@ describe('reserve, then settle or refund', () => {
   });
 
   it('a call in flight already holds its credits: of two concurrent 80-credit calls on 100 credits, one is refused before the other settles', async () => {
-    const started = performance.now();
-    const timed = (hash: string) => rpc(tg.url('eth'), blockCall(hash)).then((res) => ({ ...res, tookMs: performance.now() - started }));
-    const pending = Promise.all([timed(uniqueHash()), timed(uniqueHash())]);
+    gate = openable();
+    let settled = 0;
+    const pending = Promise.all([rpc(tg.url('eth'), blockCall(uniqueHash())), rpc(tg.url('eth'), blockCall(uniqueHash()))].map((p) => p.finally(() => (settled += 1))));
 
+    // One call reached the upstream and waits there; the other was refused without going upstream.
+    await upstreamReceived(1);
+    while (settled < 1) await new Promise((resolve) => setImmediate(resolve));
+    expect(upstream.calls).toHaveLength(1);
     // Mid-flight: 80 credits reserved, nothing settled yet.
-    await sleep(200);
     expect(await ledger(tg.store, tg.team.id, today())).toEqual({ credits: 0, requests: 0, teamUsed: 80 });
 
+    gate.resolve();
     const responses = await pending;
     const served = responses.filter((res) => res.status === 200);
     const refused = responses.filter((res) => res.status === 402);
@@ -753,18 +775,19 @@ describe('reserve, then settle or refund', () => {
     expect(refused).toHaveLength(1);
     expect(refused[0]!.body.error.data).toMatchObject({ reason: 'daily_credits_exhausted', limit: 100, used: 80, cost: 80 });
     expect(creditsRemaining(refused[0]!.headers)).toBe(20);
-    // Refused while the other was still waiting for its 500 ms upstream.
-    expect(refused[0]!.tookMs).toBeLessThan(400);
-    expect(served[0]!.tookMs).toBeGreaterThanOrEqual(450);
     expect(creditsRemaining(served[0]!.headers)).toBe(20);
+    expect(upstream.calls).toHaveLength(1);
     expect(await ledger(tg.store, tg.team.id, today())).toEqual({ credits: 80, requests: 1, teamUsed: 80 });
   });
 
   it('a call every upstream failed gives its reservation back', async () => {
+    gate = openable();
+    const before = upstream.calls.length;
     const pending = rpc(tg.url('eth'), call('eth_blockNumber'));
-    await sleep(150);
+    await upstreamReceived(before + 1);
     // Held while in flight.
     expect(await ledger(tg.store, tg.team.id, today())).toEqual({ credits: 80, requests: 1, teamUsed: 90 });
+    gate.resolve();
     const res = await pending;
     expect(res.status).toBe(502);
     expect(res.body.error.code).toBe(-32603);
@@ -775,6 +798,7 @@ describe('reserve, then settle or refund', () => {
     // The refunded credits can be spent: two 10-credit reservations fit in the 20 left.
     const both = await Promise.all([rpc(tg.url('eth'), call('eth_blockNumber', 1)), rpc(tg.url('eth'), call('eth_blockNumber', 2))]);
     expect(both.map((r) => r.status)).toEqual([502, 502]);
+    expect(upstream.calls).toHaveLength(before + 3);
     expect(await ledger(tg.store, tg.team.id, today())).toEqual({ credits: 80, requests: 1, teamUsed: 80 });
   });
 });

@@ -12,6 +12,11 @@ const anvil = useSeededAnvil({}, { blocks: 8, txPerBlock: 1 });
 /** Attempt deadline of upstreams that stall: short, so the file stays fast. */
 const STALL_TIMEOUT_MS = 300;
 const BREAKER = { failureThreshold: 3, cooldownMs: 400 };
+/**
+ * The gateway's clock runs at wall speed plus this: a test "waits out" a breaker cooldown by
+ * moving it forward instead of sleeping.
+ */
+let clockSkipMs = 0;
 
 const upstreams: ScriptedUpstream[] = [];
 async function scripted(behaviour: Parameters<typeof startScriptedUpstream>[0]): Promise<ScriptedUpstream> {
@@ -129,7 +134,7 @@ beforeAll(async () => {
     { id: 'two', url: batch.url },
   ]);
 
-  gateway = await startTestGateway({ networks });
+  gateway = await startTestGateway({ networks, now: () => Date.now() + clockSkipMs });
 });
 
 afterAll(async () => {
@@ -254,8 +259,13 @@ describe('circuit breaker', () => {
     expect(open.body.error.data.attempts).toEqual([{ upstream: 'flaky', reason: expect.stringMatching(/circuit/i) }]);
     expect(breaker.calls).toHaveLength(BREAKER.failureThreshold);
 
+    // Not yet: just before the cooldown ends the circuit is still open.
+    clockSkipMs += BREAKER.cooldownMs - 100;
+    expect((await rpc(url, getBlock('still-open', hash))).status).toBe(503);
+    expect(breaker.calls).toHaveLength(BREAKER.failureThreshold);
+
     // After the cooldown one trial goes through; it fails, so the circuit opens again at once.
-    await new Promise((resolve) => setTimeout(resolve, BREAKER.cooldownMs + 100));
+    clockSkipMs += 200;
     const trial = await rpc(url, getBlock('trial', hash));
     expect(trial.status).toBe(502);
     expect(breaker.calls).toHaveLength(BREAKER.failureThreshold + 1);
@@ -265,7 +275,7 @@ describe('circuit breaker', () => {
 
     // The upstream recovers: after the next cooldown the trial succeeds and the circuit closes.
     breaker.setBehaviour(proxyToAnvil());
-    await new Promise((resolve) => setTimeout(resolve, BREAKER.cooldownMs + 100));
+    clockSkipMs += BREAKER.cooldownMs + 100;
     const expected = await anvilBlock(hash);
     const recovered = await rpc(url, getBlock('recovered', hash));
     expect(recovered.status).toBe(200);

@@ -39,6 +39,8 @@ export function createAuthenticator(store: Pick<KeyDirectory, 'findKeyBySecretHa
       ? new LRUCache<string, CachedLookup>({
           max: options.maxEntries,
           ttl: options.ttlMs,
+          // The TTL runs on the gateway's clock (tests move it instead of sleeping).
+          perf: { now },
           ttlAutopurge: false,
           // Expired lookups stay (until LRU eviction) as a fallback while the store is unreachable.
           noDeleteOnStaleGet: true,
