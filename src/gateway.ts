@@ -16,6 +16,7 @@ import { operationalRoutes } from './admin/operational-routes.js';
 import { createConfigReloader } from './server/config-reload.js';
 import { createNetworkSetHolder } from './server/network-sets.js';
 import { createCallExecutor } from './server/call-executor.js';
+import { createCallDispatcher } from './server/call-dispatch.js';
 import { buildNetworkSet, type NetworkSet } from './server/network-runtime.js';
 import { createRpcHandler, rpcServerOptions } from './server/rpc-handler.js';
 import { openStore, type Store } from './store/index.js';
@@ -148,9 +149,8 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   const shouldLogStoreError = createThrottle(STORE_ERROR_LOG_INTERVAL_MS, now);
   let draining = false;
 
-  const rpcHandler = createRpcHandler({
-    server: config.server,
-    authenticator,
+  // The request path both transports share (HTTP and WebSocket): validate, price, route, charge.
+  const calls = createCallDispatcher({
     executor: createCallExecutor({
       meter,
       cache,
@@ -162,6 +162,12 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
       },
       onCacheLookup: (network, hit) => metrics.cacheLookups.add(1, network, hit ? 'hit' : 'miss'),
     }),
+    logger,
+  });
+  const rpcHandler = createRpcHandler({
+    server: config.server,
+    authenticator,
+    calls,
     meter,
     now,
     logger,

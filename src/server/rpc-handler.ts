@@ -3,13 +3,13 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import { ERROR_REGISTRY, GatewayError, toHttpStatus, type GatewayErrorCode } from '../errors.js';
-import { errorReply, NULL_ID, parseBody, serialiseBatch, serialiseReply, type EnvelopeLimits, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
+import { errorReply, NULL_ID, parseBody, serialiseBatch, serialiseReply, type EnvelopeLimits } from '../jsonrpc/envelope.js';
 import { checkNetworkAllowed, type Authenticator } from '../auth/authenticator.js';
 import type { GatewayConfig } from '../config/schema.js';
-import { bounded, logScrubber, methodForLog, pathForLog, type Logger } from '../logging/logger.js';
+import { bounded, logScrubber, pathForLog, type Logger } from '../logging/logger.js';
 import { CLIENT_CLOSED_REQUEST, clientGone, createRequestContext, type RequestContext } from './context.js';
 import { abandonBodyRead, BodyTooLargeError, readBody, RequestClosedError } from './request-reader.js';
-import { internalError, type CallExecutor, type PendingReply } from './call-executor.js';
+import { CLIENT_LEFT, type CallDispatcher } from './call-dispatch.js';
 import type { Meter } from '../metering/meter.js';
 import { utcDay } from '../metering/meter.js';
 import type { KeyWithTeam } from '../store/index.js';
@@ -17,9 +17,9 @@ import type { NetworkRuntime, NetworkSet } from './network-runtime.js';
 
 /**
  * The RPC listener's request handler. The stages of a request, in order:
- *   receive → resolve network → authenticate → read + parse body → per item: validate →
- *   (answer locally | forward with failover) → commit (charge, or refund if the client left) →
- *   respond → log.
+ *   receive → resolve network → authenticate → read + parse body → per item (call-dispatch.ts,
+ *   shared with the WebSocket endpoint): validate → (answer locally | forward with failover) →
+ *   commit (charge, or refund if the client left) → respond → log.
  * A request rejected as a whole gets one JSON-RPC error object with its HTTP status (DESIGN §2).
  */
 
@@ -30,7 +30,8 @@ export interface RpcHandlerDeps {
   /** True while draining: responses tell keep-alive clients to close their connection. */
   draining: () => boolean;
   authenticator: Authenticator;
-  executor: CallExecutor;
+  /** Turns a parsed body into replies: the request path shared with the WebSocket endpoint. */
+  calls: CallDispatcher;
   meter: Meter;
   now: () => number;
   logger: Logger;
@@ -79,12 +80,6 @@ export function rpcServerOptions(server: GatewayConfig['server']): ServerOptions
     // answers it with a JSON-RPC error instead (same status, same close).
     requireHostHeader: false,
   };
-}
-
-/** Metrics outcome of one reply: `ok`, `upstream_error` (passed through), or the gateway error's code. */
-function outcomeOf(reply: Reply): string {
-  if ('result' in reply) return 'ok';
-  return reply.gatewayError === undefined ? 'upstream_error' : reply.gatewayError.code.slice('TG_ERR_'.length).toLowerCase();
 }
 
 /** `{ name: value }` as the flat `[name, value, ...]` list `send` takes. */
@@ -288,18 +283,9 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     // The injected clock, like every deadline check downstream (forwarder, single-flight).
     const deadline = deps.now() + network.config.requestTimeoutMs;
     if (parsed.kind === 'single') {
-      // Its own path, without the batch's arrays and closures: every cache hit comes this way.
-      const { item } = parsed;
-      if (item.kind !== 'invalid') ctx.methods.push(methodForLog(item.method, network.methods.has(item.method)));
-      const pending = executeItem(item, network, auth, ctx, deadline);
-      const executed = pending instanceof Promise ? await pending : pending;
-      if (executed === undefined) return send(res, ctx, 204, undefined, await creditHeaders(auth, ctx)); // a notification
-      // Charged only if it can still be delivered; a client gone by now gets its credits back.
-      const deliverable = !clientGone(ctx);
-      const committed = deps.executor.commit(executed, ctx, deliverable);
-      const reply = committed instanceof Promise ? await committed : committed;
-      if (!deliverable) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
-      recordCall(item, reply, network, ctx);
+      const reply = await deps.calls.answerOne(parsed.item, network, auth, ctx, deadline);
+      if (reply === undefined) return send(res, ctx, 204, undefined, await creditHeaders(auth, ctx)); // a notification
+      if (reply === CLIENT_LEFT) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
       const credits = creditHeaders(auth, ctx);
       const responseHeaders = credits instanceof Promise ? await credits : credits;
       let status = 200;
@@ -312,60 +298,13 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
       return send(res, ctx, status, serialiseReply(reply), responseHeaders);
     }
 
-    const { items } = parsed;
-    ctx.batchSize = items.length;
-    for (const item of items) if (item.kind !== 'invalid') ctx.methods.push(methodForLog(item.method, network.methods.has(item.method)));
-    const executed = await Promise.all(items.map((item) => executeItem(item, network, auth, ctx, deadline)));
-    // Every item is committed at once, just before the one response that carries them all.
-    const deliverable = !clientGone(ctx);
-    const replies = await Promise.all(executed.map((pending) => (pending === undefined ? undefined : deps.executor.commit(pending, ctx, deliverable))));
-    if (!deliverable) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
-    const answered: Reply[] = [];
-    items.forEach((item, index) => {
-      const reply = replies[index];
-      if (reply === undefined) return;
-      answered.push(reply);
-      recordCall(item, reply, network, ctx);
-    });
+    const answered = await deps.calls.answerBatch(parsed.items, network, auth, ctx, deadline);
+    if (answered === CLIENT_LEFT) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
     const credits = creditHeaders(auth, ctx);
     const responseHeaders = credits instanceof Promise ? await credits : credits;
     // Batch responses are 200 whatever their items say (DESIGN §2); notifications only: 204.
     if (answered.length === 0) return send(res, ctx, 204, undefined, responseHeaders);
     send(res, ctx, 200, serialiseBatch(answered), responseHeaders);
-  }
-
-  /** The method label (`other` if not offered) and outcome of one answered call, for metrics. */
-  function recordCall(item: RequestItem, reply: Reply, network: NetworkRuntime, ctx: RequestContext): void {
-    const method = item.kind === 'call' && network.methods.has(item.method) ? item.method : 'other';
-    ctx.calls.push({ method, outcome: outcomeOf(reply) });
-    // A bug met by one call is that call's -32603; the log keeps the error with its stack and cause.
-    if ('error' in reply && reply.gatewayError?.code === 'TG_ERR_INTERNAL') {
-      logger.error({ err: reply.gatewayError, requestId: ctx.requestId, method: item.kind === 'call' ? methodForLog(item.method, method !== 'other') : undefined }, 'call failed unexpectedly');
-    }
-  }
-
-  /** One item's pending reply; an unexpected failure becomes this item's -32603 and never its siblings'. */
-  function executeItem(
-    item: RequestItem,
-    network: NetworkRuntime,
-    auth: KeyWithTeam,
-    ctx: RequestContext,
-    deadline: number,
-  ): Promise<PendingReply | undefined> | PendingReply | undefined {
-    switch (item.kind) {
-      case 'notification':
-        return undefined;
-      case 'invalid':
-        return { ledger: 'none', reply: errorReply(item.id, item.error) };
-      case 'call':
-        try {
-          const pending = deps.executor.execute(item, network, auth, ctx, deadline);
-          if (!(pending instanceof Promise)) return pending;
-          return pending.catch((error: unknown): PendingReply => ({ ledger: 'none', reply: errorReply(item.id, internalError(error)) }));
-        } catch (error) {
-          return { ledger: 'none', reply: errorReply(item.id, internalError(error)) };
-        }
-    }
   }
 
   // Request ids: a random per-process prefix and a counter (unique across replicas and restarts,

@@ -1,0 +1,105 @@
+import { errorReply, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
+import { methodForLog, type Logger } from '../logging/logger.js';
+import type { KeyWithTeam } from '../store/index.js';
+import { internalError, type CallExecutor, type PendingReply } from './call-executor.js';
+import { clientGone, type RequestContext } from './context.js';
+import type { NetworkRuntime } from './network-runtime.js';
+
+/**
+ * The part of a request both transports share: a parsed body's items, with the caller already
+ * authenticated on a network, become replies. Per item: validate → (answer locally | forward
+ * with failover) → commit (charge, or refund if the client left). The HTTP handler wraps the
+ * replies in a response with headers; the WebSocket endpoint sends them as frames. Pricing,
+ * validation, routing and the charging rule therefore cannot differ between the two.
+ */
+
+/** Returned instead of replies when the client left before they could be delivered (all refunded). */
+export const CLIENT_LEFT = Symbol('tollgate.clientLeft');
+
+export interface CallDispatcher {
+  /**
+   * One request object: its reply, `undefined` for a notification (not executed, no reply), or
+   * {@link CLIENT_LEFT}.
+   */
+  answerOne(item: RequestItem, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): Promise<Reply | undefined | typeof CLIENT_LEFT>;
+  /** A batch: the replies of its answered items in request order (notifications have none), or {@link CLIENT_LEFT}. */
+  answerBatch(items: readonly RequestItem[], network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): Promise<Reply[] | typeof CLIENT_LEFT>;
+}
+
+/** Metrics outcome of one reply: `ok`, `upstream_error` (passed through), or the gateway error's code. */
+function outcomeOf(reply: Reply): string {
+  if ('result' in reply) return 'ok';
+  return reply.gatewayError === undefined ? 'upstream_error' : reply.gatewayError.code.slice('TG_ERR_'.length).toLowerCase();
+}
+
+export function createCallDispatcher(deps: { executor: CallExecutor; logger: Logger }): CallDispatcher {
+  const { executor, logger } = deps;
+
+  /** The method label (`other` if not offered) and outcome of one answered call, for metrics. */
+  function recordCall(item: RequestItem, reply: Reply, network: NetworkRuntime, ctx: RequestContext): void {
+    const method = item.kind === 'call' && network.methods.has(item.method) ? item.method : 'other';
+    ctx.calls.push({ method, outcome: outcomeOf(reply) });
+    // A bug met by one call is that call's -32603; the log keeps the error with its stack and cause.
+    if ('error' in reply && reply.gatewayError?.code === 'TG_ERR_INTERNAL') {
+      logger.error({ err: reply.gatewayError, requestId: ctx.requestId, method: item.kind === 'call' ? methodForLog(item.method, method !== 'other') : undefined }, 'call failed unexpectedly');
+    }
+  }
+
+  /** One item's pending reply; an unexpected failure becomes this item's -32603 and never its siblings'. */
+  function executeItem(
+    item: RequestItem,
+    network: NetworkRuntime,
+    auth: KeyWithTeam,
+    ctx: RequestContext,
+    deadline: number,
+  ): Promise<PendingReply | undefined> | PendingReply | undefined {
+    switch (item.kind) {
+      case 'notification':
+        return undefined;
+      case 'invalid':
+        return { ledger: 'none', reply: errorReply(item.id, item.error) };
+      case 'call':
+        try {
+          const pending = executor.execute(item, network, auth, ctx, deadline);
+          if (!(pending instanceof Promise)) return pending;
+          return pending.catch((error: unknown): PendingReply => ({ ledger: 'none', reply: errorReply(item.id, internalError(error)) }));
+        } catch (error) {
+          return { ledger: 'none', reply: errorReply(item.id, internalError(error)) };
+        }
+    }
+  }
+
+  return {
+    async answerOne(item, network, auth, ctx, deadline) {
+      if (item.kind !== 'invalid') ctx.methods.push(methodForLog(item.method, network.methods.has(item.method)));
+      const pending = executeItem(item, network, auth, ctx, deadline);
+      const executed = pending instanceof Promise ? await pending : pending;
+      if (executed === undefined) return undefined; // a notification
+      // Charged only if it can still be delivered; a client gone by now gets its credits back.
+      const deliverable = !clientGone(ctx);
+      const committed = executor.commit(executed, ctx, deliverable);
+      const reply = committed instanceof Promise ? await committed : committed;
+      if (!deliverable) return CLIENT_LEFT;
+      recordCall(item, reply, network, ctx);
+      return reply;
+    },
+
+    async answerBatch(items, network, auth, ctx, deadline) {
+      ctx.batchSize = items.length;
+      for (const item of items) if (item.kind !== 'invalid') ctx.methods.push(methodForLog(item.method, network.methods.has(item.method)));
+      const executed = await Promise.all(items.map((item) => executeItem(item, network, auth, ctx, deadline)));
+      // Every item is committed at once, just before the one answer that carries them all.
+      const deliverable = !clientGone(ctx);
+      const replies = await Promise.all(executed.map((pending) => (pending === undefined ? undefined : executor.commit(pending, ctx, deliverable))));
+      if (!deliverable) return CLIENT_LEFT;
+      const answered: Reply[] = [];
+      items.forEach((item, index) => {
+        const reply = replies[index];
+        if (reply === undefined) return;
+        answered.push(reply);
+        recordCall(item, reply, network, ctx);
+      });
+      return answered;
+    },
+  };
+}
