@@ -20,6 +20,9 @@ import { createCallDispatcher } from './server/call-dispatch.js';
 import { buildNetworkSet, type NetworkSet } from './server/network-runtime.js';
 import { createRpcHandler, rpcServerOptions } from './server/rpc-handler.js';
 import { openStore, type Store } from './store/index.js';
+import { createSubscriptionHub } from './websocket/subscription-hub.js';
+import { connectUpstreamSocket } from './websocket/upstream-socket.js';
+import { createWebSocketEndpoint } from './websocket/ws-endpoint.js';
 
 /**
  * The composition root: builds the parts from the config, wires them, starts the RPC and admin
@@ -57,6 +60,8 @@ const RESERVATION_SWEEP_INTERVAL_MS = 15_000;
 const STORE_ERROR_LOG_INTERVAL_MS = 5_000;
 /** How often the SQLite store's WAL is checkpointed off the event loop (sqlite-checkpointer.ts). */
 const WAL_CHECKPOINT_INTERVAL_MS = 250;
+/** Largest message accepted from an upstream's WebSocket (a back-filled block or a burst of logs fits easily). */
+const UPSTREAM_WS_MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
 
 function listen(server: Server, port: number, host: string): Promise<AddressInfo> {
   return new Promise((resolve, reject) => {
@@ -150,8 +155,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   let draining = false;
 
   // The request path both transports share (HTTP and WebSocket): validate, price, route, charge.
-  const calls = createCallDispatcher({
-    executor: createCallExecutor({
+  const executor = createCallExecutor({
       meter,
       cache,
       now,
@@ -161,9 +165,8 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
         if (shouldLogStoreError()) logger.error({ err: error }, 'the store is unreachable; answering per the store failure policy');
       },
       onCacheLookup: (network, hit) => metrics.cacheLookups.add(1, network, hit ? 'hit' : 'miss'),
-    }),
-    logger,
   });
+  const calls = createCallDispatcher({ executor, logger });
   const rpcHandler = createRpcHandler({
     server: config.server,
     authenticator,
@@ -186,6 +189,68 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   rpcServer.on('clientError', rpcHandler.clientError);
   rpcServer.on('checkContinue', rpcHandler.checkContinue);
   rpcServer.on('connection', rpcHandler.connection);
+  const webSocket = createWebSocketEndpoint({
+    server: config.server,
+    acquireNetworks: networkSets.acquire,
+    currentNetworks: networkSets.current,
+    onFinished: (ctx, set) => {
+      networkSets.release(set);
+      recordRequest(ctx);
+    },
+    authenticator,
+    calls,
+    executor,
+    meter,
+    now,
+    logger,
+    hub: createSubscriptionHub({
+      network(networkId) {
+        const runtime = networkSets.current().byId.get(networkId);
+        if (runtime === undefined) return undefined;
+        return {
+          candidates() {
+            const ordered = runtime.forwarder.selector.order().map((upstream) => upstream.id);
+            const withWs = runtime.forwarder.upstreams.filter((upstream) => upstream.config.wsUrl !== undefined);
+            // Healthy upstreams in routing order first, then those whose circuit is open.
+            const rank = (id: string) => (ordered.includes(id) ? ordered.indexOf(id) : ordered.length);
+            return withWs
+              .sort((a, b) => rank(a.id) - rank(b.id))
+              .map((upstream) => ({ id: upstream.id, wsUrl: upstream.config.wsUrl!, probedHead: () => upstream.health.head }));
+          },
+          stallTimeoutMs: runtime.config.subscriptions.stallTimeoutMs,
+          reconnectDelayMs: runtime.config.subscriptions.reconnectDelayMs,
+          requestTimeoutMs: runtime.config.requestTimeoutMs,
+        };
+      },
+      connect(networkId, candidate, onClose) {
+        const upstream = networkSets.current().byId.get(networkId)?.forwarder.upstreams.find((entry) => entry.id === candidate.id);
+        return connectUpstreamSocket({
+          upstreamId: candidate.id,
+          url: candidate.wsUrl,
+          headers: upstream?.config.headers ?? {},
+          connectTimeoutMs: upstream?.timeoutMs ?? 5_000,
+          maxMessageBytes: UPSTREAM_WS_MAX_MESSAGE_BYTES,
+          onClose,
+        });
+      },
+      logger,
+      now,
+      observe: {
+        upstreamSubscriptions: (network, kind, delta) => metrics.wsUpstreamSubscriptions.inc({ network, type: kind }, delta),
+        failover: (network, upstream, reason) => metrics.wsUpstreamFailovers.inc({ network, upstream, reason: reason.slice(0, 40) }),
+      },
+    }),
+    observe: {
+      connections: (network, delta) => metrics.wsConnections.inc({ network }, delta),
+      subscriptions: (network, kind, delta) => metrics.wsSubscriptions.inc({ network, type: kind }, delta),
+      delivered: (network, kind) => metrics.wsEventsDelivered.add(1, network, kind),
+      dropped: (network, kind, reason) => metrics.wsEventsDropped.add(1, network, kind, reason),
+      disconnected: (reason) => metrics.wsDisconnects.inc({ reason }),
+      eventCredits: (network, kind, team, credits) => metrics.creditsCharged.add(credits, network, 'eth_subscription', team),
+      rejected: (status) => metrics.wsUpgradesRejected.inc({ status: String(status) }),
+    },
+  });
+  webSocket.attach(rpcServer);
 
   const operational = operationalRoutes({
     store,
@@ -212,6 +277,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   function close(): Promise<void> {
     closing ??= (async () => {
       clearInterval(sweep);
+      webSocket.close();
       rpcServer.closeAllConnections();
       await closeServer(rpcServer);
       await closeServer(adminServer);
@@ -235,6 +301,8 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     reload: reloader.reload,
     async drain() {
       draining = true;
+      // WebSocket clients are told to go (1001) at once: a stream has no end to wait for.
+      webSocket.close();
       logger.info({ graceMs: config.server.drainTimeoutMs }, 'draining: refusing new connections, finishing in-flight requests');
       const drained = closeServer(rpcServer);
       const timer = setTimeout(() => {

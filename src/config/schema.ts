@@ -32,6 +32,12 @@ const upstreamSchema = z.strictObject({
   id: z.string().regex(/^[A-Za-z0-9_.-]+$/),
   /** http(s) URL of the provider endpoint; `${ENV}` placeholders are expanded before validation. */
   url: z.url({ protocol: /^https?$/ }),
+  /**
+   * ws(s) URL of the provider's WebSocket endpoint, for `eth_subscribe` over the gateway's
+   * WebSocket endpoint (docs/websocket.md); `${ENV}` placeholders are expanded. Upstreams without
+   * one are not used for subscriptions (requests over a client's socket still go over HTTP).
+   */
+  wsUrl: z.url({ protocol: /^wss?$/ }).optional(),
   /** Extra request headers (for example a provider's auth header); values may use `${ENV}`. */
   headers: z.record(z.string(), z.string()).default({}),
   /** Deadline of one attempt against this upstream, bounded by what is left of the request's deadline. */
@@ -77,6 +83,27 @@ const hedgeSchema = z.strictObject({
   maxHedges: z.number().int().min(1).max(4).default(1),
 });
 
+const subscriptionsSchema = z.strictObject({
+  /**
+   * Credits charged for each delivered event: one `newHeads` head, all of one block's `logs`
+   * for one subscription (however many logs match), one `newPendingTransactions` hash.
+   */
+  eventCredits: z
+    .strictObject({
+      newHeads: credits.default(50),
+      logs: credits.default(300),
+      newPendingTransactions: credits.default(200),
+    })
+    .prefault({}),
+  /**
+   * An upstream that has sent no new head for this long while carrying a subscription has fallen
+   * behind: its subscriptions move to another upstream (heads and logs are backfilled).
+   */
+  stallTimeoutMs: positiveInt.default(30_000),
+  /** How long a failed upstream socket is left alone before it is tried again for subscriptions. */
+  reconnectDelayMs: positiveInt.default(1_000),
+});
+
 const networkSchema = z.strictObject({
   /** Name used in key allow-lists, usage reports, logs and metrics. */
   id: z.string().regex(/^[A-Za-z0-9_.-]+$/),
@@ -110,6 +137,8 @@ const networkSchema = z.strictObject({
   maxBlockLag: z.number().int().min(0).default(5),
   healthCheck: healthCheckSchema.prefault({}),
   hedge: hedgeSchema.prefault({}),
+  /** Subscriptions over the WebSocket endpoint (`eth_subscribe`, docs/websocket.md); EVM networks. */
+  subscriptions: subscriptionsSchema.prefault({}),
 });
 
 const sqliteStoreSchema = z.strictObject({
@@ -133,6 +162,28 @@ const redisStoreSchema = z.strictObject({
    * true serves requests of keys already known to this replica without charging them.
    */
   failOpen: z.boolean().default(false),
+});
+
+const websocketSchema = z.strictObject({
+  /** Serve the WebSocket endpoint; false answers upgrades with 404. */
+  enabled: z.boolean().default(true),
+  /** Open connections per process; more get HTTP 503 at the upgrade. */
+  maxConnections: positiveInt.default(10_000),
+  /** Open connections per API key (per process); more get HTTP 429 at the upgrade. */
+  maxConnectionsPerKey: positiveInt.default(100),
+  /** Subscriptions one connection may hold; `eth_subscribe` beyond it is `-32005` (limit_exceeded). */
+  maxSubscriptionsPerConnection: positiveInt.default(100),
+  /** Largest message a client may send, in bytes; a larger one closes the connection (1009). */
+  maxMessageBytes: positiveInt.default(1024 * 1024),
+  /** The gateway pings every connection this often. */
+  pingIntervalMs: positiveInt.default(30_000),
+  /** A connection that has not answered a ping with a pong within this is closed (1001). */
+  pongTimeoutMs: positiveInt.default(10_000),
+  /**
+   * Bytes that may wait in one connection's send buffer (a client not reading). Past it the
+   * connection is closed with 1013; nothing is buffered beyond it, and its pending events are not charged.
+   */
+  maxBufferedBytes: positiveInt.default(4 * 1024 * 1024),
 });
 
 const storeSchema = z.discriminatedUnion('driver', [sqliteStoreSchema, redisStoreSchema]);
@@ -162,6 +213,8 @@ export const configSchema = z
         keepAliveTimeoutMs: positiveInt.default(65_000),
         /** On SIGTERM, how long in-flight requests may take to finish before connections are cut. */
         drainTimeoutMs: positiveInt.default(25_000),
+        /** The WebSocket endpoint `{base_url}/ws/v3/<key>` on the RPC listener (docs/websocket.md). */
+        websocket: websocketSchema.prefault({}),
       })
       .prefault({}),
     auth: z

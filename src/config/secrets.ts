@@ -8,14 +8,18 @@ export function collectConfigSecrets(config: GatewayConfig): string[] {
   const secrets = new Set<string>();
   for (const network of config.networks) {
     for (const upstream of network.upstreams) {
-      const url = new URL(upstream.url);
-      if (url.password !== '') secrets.add(decodeURIComponent(url.password));
-      if (url.username !== '') secrets.add(decodeURIComponent(url.username));
-      for (const value of url.searchParams.values()) secrets.add(value);
-      // Providers put keys in the path too (`/v2/<key>`): treat long path segments as secrets.
-      for (const segment of url.pathname.split('/')) if (segment.length >= 16) secrets.add(segment);
+      for (const address of upstream.wsUrl === undefined ? [upstream.url] : [upstream.url, upstream.wsUrl]) addUrlSecrets(address, secrets);
       for (const value of Object.values(upstream.headers)) secrets.add(value);
     }
   }
   return [...secrets].filter((secret) => secret.length >= 8);
+}
+
+function addUrlSecrets(address: string, secrets: Set<string>): void {
+  const url = new URL(address);
+  if (url.password !== '') secrets.add(decodeURIComponent(url.password));
+  if (url.username !== '') secrets.add(decodeURIComponent(url.username));
+  for (const value of url.searchParams.values()) secrets.add(value);
+  // Providers put keys in the path too (`/v2/<key>`): treat long path segments as secrets.
+  for (const segment of url.pathname.split('/')) if (segment.length >= 16) secrets.add(segment);
 }

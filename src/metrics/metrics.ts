@@ -180,6 +180,22 @@ export interface GatewayMetrics {
   creditRejections: Tally;
   configReloads: Counter<'result'>;
   storeErrors: Counter;
+  /** WebSocket endpoint (docs/websocket.md). Labels: network. */
+  wsConnections: Gauge<'network'>;
+  /** Labels: network, type. Client subscriptions. */
+  wsSubscriptions: Gauge<'network' | 'type'>;
+  /** Labels: network, type. Upstream subscriptions the clients' share. */
+  wsUpstreamSubscriptions: Gauge<'network' | 'type'>;
+  /** Labels: network, type. */
+  wsEventsDelivered: Tally;
+  /** Labels: network, type, reason. */
+  wsEventsDropped: Tally;
+  /** Labels: reason. */
+  wsDisconnects: Counter<'reason'>;
+  /** Labels: status. */
+  wsUpgradesRejected: Counter<'status'>;
+  /** Labels: network, upstream, reason. */
+  wsUpstreamFailovers: Counter<'network' | 'upstream' | 'reason'>;
 }
 
 /**
@@ -283,6 +299,39 @@ export function createMetrics(): GatewayMetrics {
     storeErrors: new Counter({
       name: 'tollgate_store_errors_total',
       help: 'Ledger operations that failed because the store was unreachable',
+      registers,
+    }),
+    wsConnections: new Gauge({ name: 'tollgate_ws_connections', help: 'Open WebSocket connections, by network', labelNames: ['network'], registers }),
+    wsSubscriptions: new Gauge({ name: 'tollgate_ws_subscriptions', help: 'Client subscriptions open on WebSocket connections, by network and type', labelNames: ['network', 'type'], registers }),
+    wsUpstreamSubscriptions: new Gauge({
+      name: 'tollgate_ws_upstream_subscriptions',
+      help: 'Subscriptions held on upstream sockets (shared by identical client subscriptions), by network and type; the internal head tracker counts as newHeads',
+      labelNames: ['network', 'type'],
+      registers,
+    }),
+    wsEventsDelivered: tallied({
+      name: 'tollgate_ws_events_delivered_total',
+      help: 'Subscription events sent to clients (one per client subscription), by network and type',
+      labelNames: ['network', 'type'],
+      registers,
+    }),
+    wsEventsDropped: tallied({
+      name: 'tollgate_ws_events_dropped_total',
+      help: 'Subscription events not sent to a client subscription (never charged), by reason: closed, slow_client, credits_exhausted, store_error',
+      labelNames: ['network', 'type', 'reason'],
+      registers,
+    }),
+    wsDisconnects: new Counter({
+      name: 'tollgate_ws_disconnects_total',
+      help: 'WebSocket connections closed, by reason: client, credits_exhausted, slow_client, pong_timeout, message_too_large, key_invalid, network_removed, shutdown, error',
+      labelNames: ['reason'],
+      registers,
+    }),
+    wsUpgradesRejected: new Counter({ name: 'tollgate_ws_upgrades_rejected_total', help: 'WebSocket upgrades refused, by HTTP status', labelNames: ['status'], registers }),
+    wsUpstreamFailovers: new Counter({
+      name: 'tollgate_ws_upstream_failovers_total',
+      help: "Moves of a network's subscriptions off an upstream socket, by reason (closed, stalled, subscribe_failed, or the socket error)",
+      labelNames: ['network', 'upstream', 'reason'],
       registers,
     }),
   };

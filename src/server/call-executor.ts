@@ -75,7 +75,7 @@ function subjectOf(call: PreparedCall, network: NetworkRuntime, auth: KeyWithTea
 }
 
 /** The error a refused ledger operation becomes (402 or 429 for a single request). */
-function refusal(result: LedgerRefusal, subject: ChargeSubject, nowMs: number): GatewayError {
+export function refusal(result: LedgerRefusal, subject: ChargeSubject, nowMs: number): GatewayError {
   if (result.reason === 'rate_limited') {
     return new GatewayError('TG_ERR_RATE_LIMITED', undefined, { reason: 'rate_limited', retryAfterMs: result.retryAfterMs }, {
       'retry-after': String(Math.max(1, Math.ceil(result.retryAfterMs / 1000))),

@@ -1,0 +1,619 @@
+import type { IncomingMessage, Server } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { randomBytes } from 'node:crypto';
+import { WebSocket, WebSocketServer } from './ws-library.js';
+import { GatewayError, toHttpStatus, toJsonRpcError } from '../errors.js';
+import { errorReply, NULL_ID, parseBody, serialiseBatch, serialiseReply, type EnvelopeLimits, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
+import { checkNetworkAllowed, type Authenticator } from '../auth/authenticator.js';
+import type { GatewayConfig } from '../config/schema.js';
+import { bounded, methodForLog, type Logger } from '../logging/logger.js';
+import type { Meter } from '../metering/meter.js';
+import { utcDay } from '../metering/meter.js';
+import type { ChargeSubject, KeyWithTeam } from '../store/index.js';
+import { CLIENT_LEFT, type CallDispatcher } from '../server/call-dispatch.js';
+import { refusal, type CallExecutor, type CallItem, type PendingReply } from '../server/call-executor.js';
+import { clientGone, createRequestContext, CLIENT_CLOSED_REQUEST, type RequestContext } from '../server/context.js';
+import type { NetworkRuntime, NetworkSet } from '../server/network-runtime.js';
+import type { HubEvent, SubscriptionHub, SubscriptionKind } from './subscription-hub.js';
+import { subscriptionMethodCost, parseSubscribeParams, SUBSCRIPTION_METHODS } from './subscribe-params.js';
+
+/**
+ * The WebSocket endpoint `{base_url}/ws/v3/<API_KEY>` (DESIGN §8), an HTTP upgrade on the RPC
+ * listener. The stages:
+ *   upgrade: resolve network → authenticate → network allow-list → connection bounds → accept
+ *   message: parse → per item the HTTP request path (call-dispatch.ts: validate, price, route,
+ *            charge) or, for eth_subscribe / eth_unsubscribe, the subscription hub → send → log
+ *   event:   reserve its credits → send in order → settle (or refund when it was not sent);
+ *            a refusal ends the connection with a final -32005 and close code 4402.
+ * A refused upgrade gets the HTTP status and JSON-RPC body the HTTP path gives the same request.
+ */
+
+export interface WebSocketEndpointDeps {
+  server: GatewayConfig['server'];
+  acquireNetworks: () => NetworkSet;
+  /** The current set, without holding it (the upgrade only resolves the network). */
+  currentNetworks: () => NetworkSet;
+  /** Pairs with `acquireNetworks` for one message; also records the message's metrics. */
+  onFinished: (ctx: RequestContext, networks: NetworkSet) => void;
+  authenticator: Authenticator;
+  calls: CallDispatcher;
+  executor: CallExecutor;
+  meter: Meter;
+  hub: SubscriptionHub;
+  now: () => number;
+  logger: Logger;
+  observe: WebSocketObserver;
+}
+
+/** Close reasons, the `reason` label of the disconnect metric (a fixed set). */
+export type DisconnectReason =
+  | 'client'
+  | 'credits_exhausted'
+  | 'slow_client'
+  | 'pong_timeout'
+  | 'message_too_large'
+  | 'key_invalid'
+  | 'network_removed'
+  | 'shutdown'
+  | 'error';
+
+export interface WebSocketObserver {
+  connections(network: string, delta: number): void;
+  subscriptions(network: string, kind: SubscriptionKind, delta: number): void;
+  delivered(network: string, kind: SubscriptionKind): void;
+  /** An event not sent to a subscriber: `closed`, `credits_exhausted`, `slow_client`, `store_error`. */
+  dropped(network: string, kind: SubscriptionKind, reason: string): void;
+  disconnected(reason: DisconnectReason): void;
+  /** Credits charged for delivered events. */
+  eventCredits(network: string, kind: SubscriptionKind, team: string, credits: number): void;
+  /** Upgrades refused, by HTTP status. */
+  rejected(status: number): void;
+}
+
+export interface WebSocketEndpoint {
+  /** Attaches the `upgrade` listener to the RPC listener. */
+  attach(server: Server): void;
+  /** Open connections. */
+  connectionCount(): number;
+  /** Closes every connection (1001 going away) and the upstream subscriptions. */
+  close(): void;
+}
+
+/** Close codes: ours are in the private range 4000-4999 (402: payment required, as HTTP). */
+const CLOSE_CREDITS_EXHAUSTED = 4402;
+const CLOSE_TRY_AGAIN_LATER = 1013;
+const CLOSE_POLICY = 1008;
+const CLOSE_GOING_AWAY = 1001;
+const CLOSE_SERVICE_RESTART = 1012;
+
+/** Logs of one block already charged, remembered per client subscription. */
+const CHARGED_BLOCKS_REMEMBERED = 512;
+
+const STATUS_TEXT: Record<number, string> = {
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  402: 'Payment Required',
+  403: 'Forbidden',
+  404: 'Not Found',
+  429: 'Too Many Requests',
+  500: 'Internal Server Error',
+  503: 'Service Unavailable',
+};
+
+/** `{prefix}/ws/v3/<key>` → `{prefix}/v3/<key>` (what the network resolver reads), or undefined. */
+export function httpPathOf(path: string): string | undefined {
+  const queryStart = path.indexOf('?');
+  const bare = queryStart === -1 ? path : path.slice(0, queryStart);
+  const match = /^(.*)\/ws(\/v3(?:\/[^/]*)?\/?)$/.exec(bare);
+  return match === null ? undefined : `${match[1]}${match[2]}`;
+}
+
+interface ClientSubscription {
+  id: string;
+  kind: SubscriptionKind;
+  price: number;
+  unhook: () => void;
+  /** Logs: blocks whose events this subscription already paid for. */
+  chargedBlocks: Set<string>;
+}
+
+interface Connection {
+  id: string;
+  ws: WebSocket;
+  socket: Socket;
+  /** The key as it came in the path: every message is authenticated again (revocations apply). */
+  apiKey: string;
+  auth: KeyWithTeam;
+  networkId: string;
+  openedAt: number;
+  subscriptions: Map<string, ClientSubscription>;
+  /** Events wait here for their reservations, so they go out in order. */
+  outbox: Promise<void>;
+  closing: boolean;
+  reason: DisconnectReason | undefined;
+  lastPingAt: number;
+  awaitingPong: boolean;
+  messages: number;
+  events: number;
+  eventCredits: number;
+}
+
+export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketEndpoint {
+  const { logger, observe } = deps;
+  const settings = deps.server.websocket;
+  const limits: EnvelopeLimits = {
+    maxBatchItems: deps.server.maxBatchItems,
+    maxParamsDepth: deps.server.maxParamsDepth,
+    maxParamsBytes: deps.server.maxParamsBytes,
+  };
+  const wss = new WebSocketServer({ noServer: true, maxPayload: settings.maxMessageBytes, perMessageDeflate: false, clientTracking: false });
+  const connections = new Set<Connection>();
+  const perKey = new Map<string, number>();
+
+  const idPrefix = `${randomBytes(6).toString('hex')}-ws-`;
+  let counter = 0;
+  const nextId = (): string => idPrefix + (counter++).toString(36);
+
+  // --- upgrade ------------------------------------------------------------------------------
+
+  function refuse(socket: Duplex, error: GatewayError, fields: Record<string, unknown> = {}): void {
+    const status = toHttpStatus(error);
+    observe.rejected(status);
+    const body = serialiseReply(errorReply(NULL_ID, error));
+    const headers = [`HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Error'}`, 'content-type: application/json', `content-length: ${body.length}`, 'connection: close'];
+    for (const [name, value] of Object.entries(error.headers ?? {})) headers.push(`${name}: ${value}`);
+    if (socket.writable) socket.end(Buffer.concat([Buffer.from(`${headers.join('\r\n')}\r\n\r\n`, 'latin1'), body]));
+    else socket.destroy();
+    if (logger.isLevelEnabled('info')) logger.info({ transport: 'ws', status, error: error.code, ...fields }, 'websocket upgrade refused');
+  }
+
+  /**
+   * An `Upgrade` to anything but WebSocket (`h2c` from `curl --http2`, say) is an ordinary HTTP
+   * request that Node handed to the upgrade listener: it goes back to the HTTP server without
+   * its upgrade headers, as if it had come that way.
+   */
+  function passToHttp(server: Server, req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    const lines = [`${req.method ?? 'GET'} ${req.url ?? '/'} HTTP/${req.httpVersion}`];
+    const raw = req.rawHeaders;
+    for (let index = 0; index < raw.length; index += 2) {
+      const name = raw[index]!.toLowerCase();
+      if (name === 'upgrade' || name === 'http2-settings') continue;
+      if (name === 'connection') {
+        const tokens = raw[index + 1]!.split(',').map((token) => token.trim()).filter((token) => !/^(upgrade|http2-settings)$/i.test(token));
+        if (tokens.length > 0) lines.push(`${raw[index]}: ${tokens.join(', ')}`);
+        continue;
+      }
+      lines.push(`${raw[index]}: ${raw[index + 1]}`);
+    }
+    socket.unshift(Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'), head]));
+    server.emit('connection', socket);
+  }
+
+  async function upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    const host = req.headers.host;
+    const path = httpPathOf(req.url ?? '/');
+    if (path === undefined) return refuse(socket, new GatewayError('TG_ERR_NOT_FOUND', 'not found: expected {base_url}/ws/v3/<API_KEY>'));
+    if (!settings.enabled) return refuse(socket, new GatewayError('TG_ERR_NOT_FOUND', 'not found: the WebSocket endpoint is disabled on this gateway'));
+    if (host === undefined) return refuse(socket, new GatewayError('TG_ERR_BAD_HTTP', 'malformed HTTP request: an HTTP/1.1 request needs a Host header'));
+    // Read, not held: each message of the connection holds the set it runs on.
+    const resolved = deps.currentNetworks().resolver.resolve(host, path);
+    if (resolved.kind === 'not-found') return refuse(socket, new GatewayError('TG_ERR_NOT_FOUND', resolved.reason.replace('{base_url}/v3/', '{base_url}/ws/v3/')));
+    const network = resolved.kind === 'found' ? resolved.value.network : resolved.network;
+    if (resolved.kind === 'missing-key' || resolved.value.apiKey === undefined) {
+      return refuse(socket, new GatewayError('TG_ERR_MISSING_KEY', 'missing API key: use {base_url}/ws/v3/<API_KEY>'), { network: network.config.id });
+    }
+    const apiKey = resolved.value.apiKey;
+    const fields = { network: network.config.id };
+    let auth: KeyWithTeam;
+    try {
+      const authenticated = deps.authenticator.authenticate(apiKey);
+      auth = authenticated instanceof Promise ? await authenticated : authenticated;
+      checkNetworkAllowed(auth, network.config.id);
+    } catch (error) {
+      return refuse(socket, error instanceof GatewayError ? error : new GatewayError('TG_ERR_INTERNAL', undefined, undefined, undefined, error), fields);
+    }
+    const keyFields = { ...fields, keyId: auth.key.id, teamId: auth.team.id };
+    if (connections.size >= settings.maxConnections) {
+      return refuse(socket, new GatewayError('TG_ERR_WS_SERVER_FULL', undefined, { reason: 'connection_limit', scope: 'process', limit: settings.maxConnections }), keyFields);
+    }
+    if ((perKey.get(auth.key.id) ?? 0) >= settings.maxConnectionsPerKey) {
+      return refuse(socket, new GatewayError('TG_ERR_WS_KEY_CONNECTIONS', undefined, { reason: 'connection_limit', scope: 'key', limit: settings.maxConnectionsPerKey }), keyFields);
+    }
+    if (socket.destroyed) return;
+    // Counted before the handshake completes, so concurrent upgrades cannot overshoot the bounds.
+    perKey.set(auth.key.id, (perKey.get(auth.key.id) ?? 0) + 1);
+    const reserved = { released: false };
+    const release = () => {
+      if (reserved.released) return;
+      reserved.released = true;
+      const left = (perKey.get(auth.key.id) ?? 1) - 1;
+      if (left > 0) perKey.set(auth.key.id, left);
+      else perKey.delete(auth.key.id);
+    };
+    socket.once('close', release);
+    wss.handleUpgrade(req, socket as Socket, head, (ws) => open(ws, socket as Socket, apiKey, auth, network.config.id, release, req));
+  }
+
+  // --- connections ----------------------------------------------------------------------------
+
+  function open(ws: WebSocket, socket: Socket, apiKey: string, auth: KeyWithTeam, networkId: string, release: () => void, req: IncomingMessage): void {
+    const connection: Connection = {
+      id: nextId(),
+      ws,
+      socket,
+      apiKey,
+      auth,
+      networkId,
+      openedAt: performance.now(),
+      subscriptions: new Map(),
+      outbox: Promise.resolve(),
+      closing: false,
+      reason: undefined,
+      lastPingAt: Date.now(),
+      awaitingPong: false,
+      messages: 0,
+      events: 0,
+      eventCredits: 0,
+    };
+    connections.add(connection);
+    observe.connections(networkId, 1);
+    logger.info(
+      { connectionId: connection.id, transport: 'ws', network: networkId, keyId: auth.key.id, teamId: auth.team.id, userAgent: bounded(req.headers['user-agent'] ?? '', 200) || undefined },
+      'websocket open',
+    );
+    ws.on('pong', () => {
+      connection.awaitingPong = false;
+    });
+    ws.on('message', (data: Buffer | ArrayBuffer | Buffer[]) => {
+      const bytes = Buffer.isBuffer(data) ? data : Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data);
+      connection.messages += 1;
+      void handleMessage(connection, bytes);
+    });
+    ws.on('error', (error: Error & { code?: string }) => {
+      connection.reason ??= error.code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH' ? 'message_too_large' : 'error';
+    });
+    ws.on('close', (code: number) => {
+      connections.delete(connection);
+      release();
+      connection.closing = true;
+      for (const subscription of connection.subscriptions.values()) {
+        subscription.unhook();
+        observe.subscriptions(networkId, subscription.kind, -1);
+      }
+      connection.subscriptions.clear();
+      observe.connections(networkId, -1);
+      const reason = connection.reason ?? 'client';
+      observe.disconnected(reason);
+      logger.info(
+        {
+          connectionId: connection.id,
+          transport: 'ws',
+          network: networkId,
+          keyId: auth.key.id,
+          teamId: auth.team.id,
+          code,
+          reason,
+          messages: connection.messages,
+          events: connection.events,
+          eventCredits: connection.eventCredits,
+          durationMs: Math.round(performance.now() - connection.openedAt),
+        },
+        'websocket close',
+      );
+    });
+  }
+
+  function closeConnection(connection: Connection, code: number, reason: DisconnectReason, text: string): void {
+    if (connection.closing) return;
+    connection.closing = true;
+    connection.reason ??= reason;
+    connection.ws.close(code, text);
+    // A client that reads nothing never answers the close: ws destroys the socket after its own
+    // close timeout; nothing more is queued for it meanwhile (`closing`).
+  }
+
+  /**
+   * Sends one frame unless the connection is closing. A client whose unsent bytes pass the bound
+   * is closed with 1013: nothing is ever buffered beyond `maxBufferedBytes` (plus this frame).
+   */
+  function send(connection: Connection, text: string | Buffer): boolean {
+    if (connection.closing || connection.ws.readyState !== WebSocket.OPEN) return false;
+    connection.ws.send(text);
+    if (connection.ws.bufferedAmount > settings.maxBufferedBytes) {
+      closeConnection(connection, CLOSE_TRY_AGAIN_LATER, 'slow_client', 'send buffer full: client not reading');
+    }
+    return true;
+  }
+
+  // --- messages -----------------------------------------------------------------------------
+
+  async function handleMessage(connection: Connection, body: Buffer): Promise<void> {
+    const ctx = createRequestContext(nextId(), connection.socket);
+    ctx.networkId = connection.networkId;
+    const networks = deps.acquireNetworks();
+    try {
+      const network = networks.byId.get(connection.networkId);
+      if (network === undefined) {
+        return closeConnection(connection, CLOSE_SERVICE_RESTART, 'network_removed', 'network no longer served');
+      }
+      // Authenticated again (from the key cache): a revoked or expired key stops being served.
+      let auth: KeyWithTeam;
+      try {
+        const authenticated = deps.authenticator.authenticate(connection.apiKey);
+        auth = authenticated instanceof Promise ? await authenticated : authenticated;
+        checkNetworkAllowed(auth, connection.networkId);
+      } catch (error) {
+        const gatewayError = error instanceof GatewayError ? error : new GatewayError('TG_ERR_INTERNAL', undefined, undefined, undefined, error);
+        ctx.errorCode = gatewayError.code;
+        send(connection, serialiseReply(errorReply(NULL_ID, gatewayError)));
+        if (gatewayError.code !== 'TG_ERR_STORE_UNAVAILABLE') closeConnection(connection, CLOSE_POLICY, 'key_invalid', gatewayError.message);
+        return;
+      }
+      connection.auth = auth;
+      ctx.keyId = auth.key.id;
+      ctx.teamId = auth.team.id;
+      const parsed = parseBody(body, limits);
+      if (parsed.kind === 'rejected') {
+        ctx.errorCode = parsed.error.code;
+        send(connection, serialiseReply(errorReply(NULL_ID, parsed.error)));
+        return;
+      }
+      const deadline = deps.now() + network.config.requestTimeoutMs;
+      if (parsed.kind === 'single') {
+        const { item } = parsed;
+        const reply = isSubscriptionCall(item) ? await answerSubscriptionCall(connection, item, network, auth, ctx) : await deps.calls.answerOne(item, network, auth, ctx, deadline);
+        if (reply === undefined) return;
+        if (reply === CLIENT_LEFT) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
+        if ('error' in reply && reply.gatewayError !== undefined) ctx.errorCode = reply.gatewayError.code;
+        if (!send(connection, serialiseReply(reply))) ctx.httpStatus = CLIENT_CLOSED_REQUEST;
+        return;
+      }
+      const replies = await answerBatch(connection, parsed.items, network, auth, ctx, deadline);
+      if (replies === CLIENT_LEFT) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
+      if (replies.length > 0 && !send(connection, serialiseBatch(replies))) ctx.httpStatus = CLIENT_CLOSED_REQUEST;
+    } catch (error) {
+      logger.error({ err: error, requestId: ctx.requestId }, 'websocket message failed unexpectedly');
+      send(connection, serialiseReply(errorReply(NULL_ID, new GatewayError('TG_ERR_INTERNAL', undefined, undefined, undefined, error))));
+    } finally {
+      finish(connection, ctx, networks);
+    }
+  }
+
+  /** A batch: subscription calls answered here, every other item by the shared path, replies in request order. */
+  async function answerBatch(connection: Connection, items: RequestItem[], network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): Promise<Reply[] | typeof CLIENT_LEFT> {
+    const others = items.filter((item) => !isSubscriptionCall(item));
+    if (others.length === items.length) return deps.calls.answerBatch(items, network, auth, ctx, deadline);
+    const answered = others.length > 0 ? await deps.calls.answerBatch(others, network, auth, ctx, deadline) : [];
+    if (answered === CLIENT_LEFT) return CLIENT_LEFT;
+    ctx.batchSize = items.length;
+    // The shared path answers its items in order, skipping notifications; merge by position.
+    const replies: Reply[] = [];
+    let next = 0;
+    for (const item of items) {
+      if (isSubscriptionCall(item)) {
+        const reply = await answerSubscriptionCall(connection, item, network, auth, ctx);
+        if (reply === CLIENT_LEFT) return CLIENT_LEFT;
+        replies.push(reply);
+      } else if (item.kind !== 'notification') {
+        replies.push(answered[next++]!);
+      }
+    }
+    return replies;
+  }
+
+  function finish(connection: Connection, ctx: RequestContext, networks: NetworkSet): void {
+    if (logger.isLevelEnabled('info')) {
+      logger.info(
+        {
+          requestId: ctx.requestId,
+          transport: 'ws',
+          connectionId: connection.id,
+          network: ctx.networkId,
+          teamId: ctx.teamId,
+          keyId: ctx.keyId,
+          methods: ctx.methods,
+          batchSize: ctx.batchSize,
+          status: ctx.httpStatus,
+          error: ctx.errorCode,
+          credits: ctx.creditsCharged,
+          cache: ctx.cache,
+          upstream: ctx.upstream,
+          attempts: ctx.attempts.length > 0 ? ctx.attempts.map((attempt) => ({ ...attempt, reason: bounded(attempt.reason, 64) })) : undefined,
+          durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
+        },
+        'request',
+      );
+    }
+    deps.onFinished(ctx, networks);
+  }
+
+  // --- subscriptions --------------------------------------------------------------------------
+
+  function isSubscriptionCall(item: RequestItem): item is CallItem {
+    return item.kind === 'call' && SUBSCRIPTION_METHODS.has(item.method);
+  }
+
+  function subjectFor(connection: Connection, auth: KeyWithTeam, method: string, cost: number, throughput: boolean): ChargeSubject {
+    return {
+      teamId: auth.team.id,
+      keyId: auth.key.id,
+      network: connection.networkId,
+      method,
+      cost,
+      day: utcDay(deps.now()),
+      teamDailyCredits: auth.team.dailyCredits,
+      keyDailyCap: auth.key.dailyCap,
+      // Events are driven by the chain, not by the client: the throughput limit applies to requests.
+      teamCreditsPerSecond: throughput ? auth.team.creditsPerSecond : null,
+    };
+  }
+
+  /** eth_subscribe / eth_unsubscribe: validated and priced like any call, charged through the executor's commit. */
+  async function answerSubscriptionCall(connection: Connection, item: CallItem, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext): Promise<Reply | typeof CLIENT_LEFT> {
+    ctx.methods.push(methodForLog(item.method, true));
+    const answer = (reply: Reply, outcome?: string): Reply => {
+      ctx.calls.push({ method: item.method, outcome: outcome ?? ('result' in reply ? 'ok' : (reply.gatewayError?.code.slice('TG_ERR_'.length).toLowerCase() ?? 'upstream_error')) });
+      return reply;
+    };
+    const cost = subscriptionMethodCost(network, item.method);
+    if (cost === undefined) {
+      return answer(errorReply(item.id, new GatewayError('TG_ERR_METHOD_NOT_FOUND', `the method ${item.method} does not exist/is not available`)));
+    }
+    if (item.paramsError !== undefined) return answer(errorReply(item.id, item.paramsError));
+    const subject = subjectFor(connection, auth, item.method, cost, true);
+    const commit = async (result: unknown): Promise<Reply | typeof CLIENT_LEFT> => {
+      const pending: PendingReply = { ledger: 'charge', reply: { id: item.id, result: JSON.stringify(result) }, subject };
+      const deliverable = !clientGone(ctx) && !connection.closing;
+      const reply = await deps.executor.commit(pending, ctx, deliverable);
+      if (!deliverable) return CLIENT_LEFT;
+      return answer(reply);
+    };
+
+    if (item.method === 'eth_unsubscribe') {
+      const id = Array.isArray(item.params) ? item.params[0] : undefined;
+      if (typeof id !== 'string') return answer(errorReply(item.id, new GatewayError('TG_ERR_INVALID_PARAMS', 'invalid argument 0: expected a subscription id')));
+      const subscription = connection.subscriptions.get(id);
+      const reply = await commit(subscription !== undefined);
+      // Removed once the answer is charged: a refused unsubscribe leaves the subscription as it was.
+      if (subscription !== undefined && reply !== CLIENT_LEFT && 'result' in reply && connection.subscriptions.delete(id)) {
+        subscription.unhook();
+        observe.subscriptions(connection.networkId, subscription.kind, -1);
+      }
+      return reply;
+    }
+
+    let request: ReturnType<typeof parseSubscribeParams>;
+    try {
+      request = parseSubscribeParams(network, item.params);
+    } catch (error) {
+      return answer(errorReply(item.id, error as GatewayError));
+    }
+    if (connection.subscriptions.size >= settings.maxSubscriptionsPerConnection) {
+      const limit = settings.maxSubscriptionsPerConnection;
+      return answer(errorReply(item.id, new GatewayError('TG_ERR_WS_SUBSCRIPTION_LIMIT', undefined, { reason: 'subscription_limit', limit })));
+    }
+    const id = `0x${randomBytes(16).toString('hex')}`;
+    const reply = await commit(id);
+    if (reply === CLIENT_LEFT || !('result' in reply) || connection.closing) return reply;
+    const price = network.config.subscriptions.eventCredits[request.kind];
+    const subscription: ClientSubscription = { id, kind: request.kind, price, unhook: () => undefined, chargedBlocks: new Set() };
+    const prefix = `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"${id}","result":`;
+    connection.subscriptions.set(id, subscription);
+    observe.subscriptions(connection.networkId, request.kind, 1);
+    // Hooked after the reply is queued: the client knows the id before its first event.
+    queueMicrotask(() => {
+      if (connection.subscriptions.get(id) !== subscription) return;
+      subscription.unhook = deps.hub.subscribe(connection.networkId, request.kind, request.upstreamParams, (event) => deliverEvent(connection, subscription, prefix, event));
+    });
+    return reply;
+  }
+
+  /** One event for one client subscription: reserved, sent in order, settled once sent. */
+  function deliverEvent(connection: Connection, subscription: ClientSubscription, prefix: string, event: HubEvent): void {
+    const network = connection.networkId;
+    if (connection.closing) return observe.dropped(network, subscription.kind, connection.reason ?? 'closed');
+    let price = subscription.price;
+    if (subscription.kind === 'logs' && event.blockHash !== undefined) {
+      // One block's logs are one event to pay for, however many of them match.
+      if (subscription.chargedBlocks.has(event.blockHash)) price = 0;
+      else {
+        subscription.chargedBlocks.add(event.blockHash);
+        if (subscription.chargedBlocks.size > CHARGED_BLOCKS_REMEMBERED) subscription.chargedBlocks.delete(subscription.chargedBlocks.values().next().value!);
+      }
+    }
+    const frame = `${prefix}${event.json}}}`;
+    if (price === 0) {
+      connection.outbox = connection.outbox.then(() => {
+        if (send(connection, frame)) observe.delivered(network, subscription.kind);
+        else observe.dropped(network, subscription.kind, connection.reason ?? 'closed');
+      });
+      return;
+    }
+    const subject = subjectFor(connection, connection.auth, 'eth_subscription', price, false);
+    const reservationId = deps.meter.newReservationId();
+    const reserved = deps.meter.reserve(reservationId, subject);
+    connection.outbox = connection.outbox.then(async () => {
+      let result;
+      try {
+        result = await reserved;
+      } catch {
+        // The store is unreachable: the event cannot be charged, so it is not sent.
+        deps.meter.release(reservationId);
+        if (subscription.kind === 'logs' && event.blockHash !== undefined) subscription.chargedBlocks.delete(event.blockHash);
+        return observe.dropped(network, subscription.kind, 'store_error');
+      }
+      if (!result.ok) {
+        if (subscription.kind === 'logs' && event.blockHash !== undefined) subscription.chargedBlocks.delete(event.blockHash);
+        observe.dropped(network, subscription.kind, 'credits_exhausted');
+        if (result.reason === 'daily_credits_exhausted' && !connection.closing) {
+          // The last thing this connection receives: the refusal, then close code 4402.
+          const error = refusal(result, subject, deps.now());
+          send(connection, JSON.stringify({ jsonrpc: '2.0', id: null, error: toJsonRpcError(error) }));
+          closeConnection(connection, CLOSE_CREDITS_EXHAUSTED, 'credits_exhausted', 'daily credits exhausted');
+        }
+        return;
+      }
+      if (!send(connection, frame)) {
+        observe.dropped(network, subscription.kind, connection.reason ?? 'closed');
+        await deps.meter.refund(reservationId).catch(() => deps.meter.release(reservationId));
+        return;
+      }
+      observe.delivered(network, subscription.kind);
+      try {
+        const settled = await deps.meter.settle(reservationId);
+        if (settled.ok) {
+          connection.events += 1;
+          connection.eventCredits += price;
+          observe.eventCredits(network, subscription.kind, subject.teamId, price);
+        }
+      } catch {
+        deps.meter.release(reservationId);
+      }
+    });
+  }
+
+  // --- liveness -------------------------------------------------------------------------------
+
+  const tickMs = Math.max(50, Math.min(1_000, Math.floor(Math.min(settings.pingIntervalMs, settings.pongTimeoutMs) / 2)));
+  const ticker = setInterval(() => {
+    const wall = Date.now();
+    for (const connection of connections) {
+      if (connection.closing) continue;
+      if (connection.awaitingPong) {
+        if (wall - connection.lastPingAt >= settings.pongTimeoutMs) {
+          connection.reason = 'pong_timeout';
+          connection.closing = true;
+          connection.ws.terminate();
+        }
+        continue;
+      }
+      if (wall - connection.lastPingAt >= settings.pingIntervalMs) {
+        connection.lastPingAt = wall;
+        connection.awaitingPong = true;
+        connection.ws.ping();
+      }
+    }
+  }, tickMs);
+  ticker.unref();
+
+  return {
+    attach(server) {
+      server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+        socket.on('error', () => socket.destroy());
+        const isWebSocket = (req.headers.upgrade ?? '').toLowerCase() === 'websocket';
+        if (!isWebSocket) return passToHttp(server, req, socket, head);
+        upgrade(req, socket, head).catch((error: unknown) => {
+          logger.error({ err: error }, 'websocket upgrade failed unexpectedly');
+          socket.destroy();
+        });
+      });
+    },
+    connectionCount: () => connections.size,
+    close() {
+      clearInterval(ticker);
+      for (const connection of connections) closeConnection(connection, CLOSE_GOING_AWAY, 'shutdown', 'gateway shutting down');
+      deps.hub.close();
+    },
+  };
+}

@@ -1,0 +1,67 @@
+// A WebSocket proxy in front of an upstream's ws endpoint (anvil serves ws on its HTTP port),
+// for tests that count what the gateway asks of an upstream and kill an upstream mid-stream.
+
+import type { AddressInfo } from 'node:net';
+import { WebSocket, WebSocketServer } from '../../src/websocket/ws-library.js';
+
+export interface WsProxy {
+  /** `ws://127.0.0.1:port` */
+  url: string;
+  /** `eth_subscribe` calls that went through, by subscription type. */
+  subscribeCalls: string[];
+  /** Connections open through the proxy now. */
+  open(): number;
+  /** Closes every connection at once (a reset, not a close handshake) and refuses new ones. */
+  kill(): Promise<void>;
+}
+
+export async function startWsProxy(target: string): Promise<WsProxy> {
+  const server = new WebSocketServer({ host: '127.0.0.1', port: 0, perMessageDeflate: false });
+  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+  const subscribeCalls: string[] = [];
+  const pairs = new Set<{ client: WebSocket; upstream: WebSocket }>();
+  server.on('connection', (client) => {
+    const upstream = new WebSocket(target, { perMessageDeflate: false });
+    const pair = { client, upstream };
+    pairs.add(pair);
+    const early: string[] = [];
+    client.on('message', (data: Buffer) => {
+      const text = data.toString('utf8');
+      try {
+        const message = JSON.parse(text) as { method?: string; params?: unknown[] };
+        if (message.method === 'eth_subscribe') subscribeCalls.push(String(message.params?.[0]));
+      } catch {
+        // passed on as it is
+      }
+      if (upstream.readyState === WebSocket.OPEN) upstream.send(text);
+      else early.push(text);
+    });
+    upstream.on('open', () => early.splice(0).forEach((text) => upstream.send(text)));
+    upstream.on('message', (data: Buffer) => {
+      if (client.readyState === WebSocket.OPEN) client.send(data.toString('utf8'));
+    });
+    const end = () => {
+      pairs.delete(pair);
+      client.terminate();
+      upstream.terminate();
+    };
+    client.on('close', end);
+    upstream.on('close', end);
+    client.on('error', end);
+    upstream.on('error', end);
+  });
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `ws://127.0.0.1:${port}`,
+    subscribeCalls,
+    open: () => pairs.size,
+    async kill() {
+      for (const { client, upstream } of pairs) {
+        client.terminate();
+        upstream.terminate();
+      }
+      pairs.clear();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}

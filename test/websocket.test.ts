@@ -1,0 +1,250 @@
+// The WebSocket endpoint (DESIGN §8, docs/websocket.md) against a real anvil, through real
+// sockets: viem's webSocket() transport and ethers' WebSocketProvider, requests over the socket
+// on the HTTP request path, refused upgrades, and subscriptions (shared, metered, bounded).
+
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import { createPublicClient, createWalletClient, http, parseAbiItem, webSocket, type Hash } from 'viem';
+import { privateKeyToAccount } from 'viem/accounts';
+import { foundry } from 'viem/chains';
+import { WebSocketProvider } from 'ethers';
+import { startAnvil, type AnvilNode } from '../src/devnet/anvil.js';
+import { issueKey } from '../src/admin/key-issuer.js';
+import { directRpc } from './helpers/anvil.js';
+import { rpc, startTestGateway, type TestGateway } from './helpers/gateway.js';
+import { startWsProxy, type WsProxy } from './helpers/ws-proxy.js';
+
+// anvil's first dev account (public test key of every anvil).
+const DEV_KEY = '0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80';
+// A contract that emits `event Ping()` on every call, written by hand:
+//   runtime (39 bytes): PUSH32 keccak256("Ping()") PUSH1 0 PUSH1 0 LOG1 STOP
+//                       7f <32-byte topic> 6000 6000 a1 00
+//   init    (12 bytes): PUSH1 39 PUSH1 12 PUSH1 0 CODECOPY PUSH1 39 PUSH1 0 RETURN
+//                       6027 600c 6000 39 6027 6000 f3      (copies the runtime after it and returns it)
+const PING_EVENT = parseAbiItem('event Ping()');
+
+/** Methods the tests call through the gateway (the catalogue prices them; listed for networks without one). */
+const METHODS = {
+  eth_blockNumber: 80,
+  eth_getBlockByNumber: 80,
+  eth_getLogs: 255,
+  eth_getTransactionCount: 80,
+  eth_getTransactionReceipt: 80,
+  eth_sendRawTransaction: 80,
+  eth_gasPrice: 80,
+  eth_maxPriorityFeePerGas: 80,
+  eth_feeHistory: 80,
+  eth_estimateGas: 300,
+  eth_getCode: 80,
+  eth_call: 80,
+};
+
+interface Client {
+  ws: WebSocket;
+  messages: any[];
+  closed: Promise<{ code: number; reason: string }>;
+  /** Waits for the first message (from `from` on) matching `predicate`. */
+  next(predicate: (message: any) => boolean, timeoutMs?: number): Promise<any>;
+  call(method: string, params?: unknown[]): Promise<any>;
+}
+
+let ids = 1000;
+function openClient(url: string): Promise<Client> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, { perMessageDeflate: false });
+    const messages: any[] = [];
+    const waiters = new Set<() => void>();
+    ws.on('message', (data: Buffer) => {
+      messages.push(JSON.parse(data.toString('utf8')));
+      for (const waiter of [...waiters]) waiter();
+    });
+    const closed = new Promise<{ code: number; reason: string }>((done) => ws.on('close', (code, reason) => done({ code, reason: reason.toString() })));
+    ws.once('error', reject);
+    ws.once('unexpected-response', (_req, res) => reject(new Error(`upgrade refused: ${res.statusCode}`)));
+    ws.once('open', () => {
+      const client: Client = {
+        ws,
+        messages,
+        closed,
+        next(predicate, timeoutMs = 10_000) {
+          return new Promise((found, fail) => {
+            const check = () => {
+              const hit = messages.find(predicate);
+              if (hit === undefined) return;
+              waiters.delete(check);
+              clearTimeout(timer);
+              found(hit);
+            };
+            const timer = setTimeout(() => {
+              waiters.delete(check);
+              fail(new Error(`no matching message in ${timeoutMs} ms; got ${JSON.stringify(messages).slice(0, 500)}`));
+            }, timeoutMs);
+            waiters.add(check);
+            check();
+          });
+        },
+        async call(method, params = []) {
+          const id = ids++;
+          ws.send(JSON.stringify({ jsonrpc: '2.0', id, method, params }));
+          return client.next((message) => message.id === id);
+        },
+      };
+      resolve(client);
+    });
+  });
+}
+
+/** The status and JSON body of a refused upgrade. */
+function refusedUpgrade(url: string): Promise<{ status: number; body: any }> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url);
+    ws.once('open', () => {
+      ws.close();
+      reject(new Error('upgrade accepted'));
+    });
+    ws.once('error', () => undefined);
+    ws.once('unexpected-response', (_req, res) => {
+      let text = '';
+      res.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) }));
+    });
+  });
+}
+
+const wsUrl = (gateway: TestGateway, network: string, key = gateway.apiKey) => gateway.url(network, key).replace('http://', 'ws://').replace(`/${network}/v3/`, `/${network}/ws/v3/`);
+
+async function mine(node: AnvilNode, blocks = 1): Promise<void> {
+  for (let index = 0; index < blocks; index += 1) await directRpc(node.url, 'evm_mine', []);
+}
+
+async function until(condition: () => boolean, timeoutMs = 10_000, what = 'condition'): Promise<void> {
+  const started = Date.now();
+  while (!condition()) {
+    if (Date.now() - started > timeoutMs) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+let anvil: AnvilNode;
+beforeAll(async () => {
+  anvil = await startAnvil();
+}, 30_000);
+afterAll(async () => {
+  await anvil?.stop();
+});
+
+async function deployPing(node: AnvilNode): Promise<`0x${string}`> {
+  const account = privateKeyToAccount(DEV_KEY);
+  const wallet = createWalletClient({ account, chain: foundry, transport: http(node.url) });
+  const topic = (await import('viem')).keccak256(new TextEncoder().encode('Ping()')).slice(2);
+  const runtime = `7f${topic}60006000a100`;
+  const init = `0x6027600c60003960276000f3${runtime}` as const;
+  // viem signs locally and sends eth_sendRawTransaction: a raw signed transaction.
+  const hash = await wallet.sendTransaction({ data: init as `0x${string}` });
+  const receipt = await createPublicClient({ chain: foundry, transport: http(node.url) }).waitForTransactionReceipt({ hash, pollingInterval: 50 });
+  return receipt.contractAddress!;
+}
+
+async function ping(node: AnvilNode, address: `0x${string}`): Promise<Hash> {
+  const account = privateKeyToAccount(DEV_KEY);
+  const wallet = createWalletClient({ account, chain: foundry, transport: http(node.url) });
+  const hash = await wallet.sendTransaction({ to: address, gas: 30_000n });
+  await createPublicClient({ chain: foundry, transport: http(node.url) }).waitForTransactionReceipt({ hash, pollingInterval: 50 });
+  return hash;
+}
+
+describe('WebSocket endpoint: requests and clients', () => {
+  let gateway: TestGateway;
+  let proxy: WsProxy;
+  beforeAll(async () => {
+    proxy = await startWsProxy(anvil.url.replace('http://', 'ws://'));
+    gateway = await startTestGateway({
+      networks: [{ id: 'eth', kind: 'evm', chainId: anvil.chainId, methods: METHODS, upstreams: [{ id: 'anvil', url: anvil.url, wsUrl: proxy.url }] }],
+    });
+  });
+  afterAll(async () => {
+    await gateway?.close();
+    await proxy?.kill();
+  });
+
+  it('answers requests and batches over the socket as over HTTP, ids echoed', async () => {
+    const client = await openClient(wsUrl(gateway, 'eth'));
+    const answer = await client.call('eth_blockNumber');
+    expect(answer.result).toBe(await directRpc(anvil.url, 'eth_blockNumber', []));
+    client.ws.send(JSON.stringify([
+      { jsonrpc: '2.0', id: 'a', method: 'eth_chainId' },
+      { jsonrpc: '2.0', method: 'eth_chainId' },
+      { jsonrpc: '2.0', id: 7, method: 'no_such_method' },
+      { jsonrpc: '2.0', id: 8, method: 'eth_subscribe', params: ['newHeads'] },
+    ]));
+    const batch = await client.next((message) => Array.isArray(message));
+    expect(batch.map((reply: any) => reply.id)).toEqual(['a', 7, 8]);
+    expect(batch[0].result).toBe(`0x${anvil.chainId.toString(16)}`);
+    expect(batch[1].error.code).toBe(-32601);
+    expect(batch[2].result).toMatch(/^0x[0-9a-f]{32}$/);
+    client.ws.send('{"jsonrpc":"2.0","id":1,');
+    expect((await client.next((message) => message.error?.code === -32700)).id).toBeNull();
+    expect((await client.call('eth_subscribe', ['nope'])).error.code).toBe(-32602);
+    const http = await rpc(gateway.url('eth'), { jsonrpc: '2.0', id: 1, method: 'eth_subscribe', params: ['newHeads'] });
+    expect(http.body.error.code).toBe(-32601);
+    client.ws.close();
+  });
+
+  it('refuses an upgrade with the HTTP status and JSON-RPC body of the HTTP path', async () => {
+    const invalid = await refusedUpgrade(wsUrl(gateway, 'eth', 'not-a-key'));
+    expect(invalid.status).toBe(401);
+    expect(invalid.body.error.code).toBe(-32016);
+    const notFound = await refusedUpgrade(wsUrl(gateway, 'nowhere'));
+    expect(notFound.status).toBe(404);
+    expect(notFound.body.error.code).toBe(-32600);
+    const noKey = await refusedUpgrade(`${gateway.gateway.rpcOrigin.replace('http', 'ws')}/eth/ws/v3`);
+    expect(noKey.status).toBe(401);
+    const { secret } = await issueKey(gateway.store, { teamId: gateway.team.id, allowedNetworks: ['elsewhere'] });
+    const forbidden = await refusedUpgrade(wsUrl(gateway, 'eth', secret));
+    expect(forbidden.status).toBe(403);
+    expect(forbidden.body.error.code).toBe(-32002);
+    // The secret never reaches a log line.
+    expect(gateway.logLines.filter((line) => line.includes(gateway.apiKey) || line.includes(secret))).toEqual([]);
+  });
+
+  it('viem webSocket(): getBlockNumber, watchBlocks and watchContractEvent see what anvil has', async () => {
+    const client = createPublicClient({ chain: foundry, transport: webSocket(wsUrl(gateway, 'eth')) });
+    expect(await client.getBlockNumber()).toBe(BigInt(await directRpc(anvil.url, 'eth_blockNumber', []) as string));
+    const address = await deployPing(anvil);
+    const blocks: Array<{ number: bigint; hash: string }> = [];
+    const logs: Array<{ blockHash: string; logIndex: number; transactionHash: string }> = [];
+    const stopBlocks = client.watchBlocks({ onBlock: (block) => blocks.push({ number: block.number!, hash: block.hash! }) });
+    const stopLogs = client.watchContractEvent({ address, abi: [PING_EVENT], eventName: 'Ping', onLogs: (found) => logs.push(...(found as any[])) });
+    await until(() => proxy.subscribeCalls.includes('logs'), 10_000, 'the upstream logs subscription');
+    const sent: string[] = [];
+    for (let index = 0; index < 4; index += 1) sent.push(await ping(anvil, address));
+    await until(() => logs.length >= 4 && blocks.length >= 4, 10_000, 'four blocks and four logs');
+    stopBlocks();
+    stopLogs();
+    for (const block of blocks) {
+      const canonical = (await directRpc(anvil.url, 'eth_getBlockByNumber', [`0x${block.number.toString(16)}`, false])) as { hash: string };
+      expect(block.hash).toBe(canonical.hash);
+    }
+    expect(logs.map((log) => log.transactionHash)).toEqual(sent);
+    const anvilLogs = (await directRpc(anvil.url, 'eth_getLogs', [{ address, fromBlock: '0x0', toBlock: 'latest' }])) as any[];
+    expect(logs.map((log) => `${log.blockHash}:${log.logIndex}`)).toEqual(anvilLogs.map((log) => `${log.blockHash}:${Number(log.logIndex)}`));
+    await (client.transport as any).getRpcClient?.().then((rpcClient: any) => rpcClient.close());
+  });
+
+  it('ethers WebSocketProvider: getBlockNumber and block events', async () => {
+    const provider = new WebSocketProvider(wsUrl(gateway, 'eth'));
+    try {
+      expect(await provider.getBlockNumber()).toBe(Number(await directRpc(anvil.url, 'eth_blockNumber', [])));
+      const seen: number[] = [];
+      await provider.on('block', (number: number) => seen.push(number));
+      await until(() => proxy.subscribeCalls.length > 0 && gateway.logLines.some((line) => line.includes('eth_subscribe')), 10_000, 'subscription');
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const first = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) + 1;
+      await mine(anvil, 3);
+      await until(() => seen.includes(first + 2), 10_000, 'three blocks');
+      expect(seen.filter((number) => number >= first)).toEqual([first, first + 1, first + 2]);
+    } finally {
+      await provider.destroy();
+    }
+  });
+});
