@@ -4,7 +4,7 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { createPublicClient, createWalletClient, http, parseAbiItem, webSocket, type Hash } from 'viem';
+import { createPublicClient, createWalletClient, http, keccak256, parseAbiItem, stringToBytes, webSocket, type Hash } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { foundry } from 'viem/chains';
 import { WebSocketProvider } from 'ethers';
@@ -136,7 +136,7 @@ afterAll(async () => {
 async function deployPing(node: AnvilNode): Promise<`0x${string}`> {
   const account = privateKeyToAccount(DEV_KEY);
   const wallet = createWalletClient({ account, chain: foundry, transport: http(node.url) });
-  const topic = (await import('viem')).keccak256(new TextEncoder().encode('Ping()')).slice(2);
+  const topic = keccakPing().slice(2);
   const runtime = `7f${topic}60006000a100`;
   const init = `0x6027600c60003960276000f3${runtime}` as const;
   // viem signs locally and sends eth_sendRawTransaction: a raw signed transaction.
@@ -248,3 +248,177 @@ describe('WebSocket endpoint: requests and clients', () => {
     }
   });
 });
+
+describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
+  let gateway: TestGateway;
+  const proxies: Record<string, WsProxy> = {};
+  beforeAll(async () => {
+    const target = anvil.url.replace('http://', 'ws://');
+    for (const name of ['a', 'b', 'shared', 'metered']) proxies[name] = await startWsProxy(target);
+    const network = (id: string, upstreams: Array<{ id: string; wsUrl: string }>) => ({
+      id,
+      kind: 'evm',
+      chainId: anvil.chainId,
+      methods: METHODS,
+      upstreams: upstreams.map((upstream) => ({ ...upstream, url: anvil.url })),
+      subscriptions: { reconnectDelayMs: 200 },
+    });
+    gateway = await startTestGateway({
+      config: { server: { host: '127.0.0.1', port: 0, websocket: { maxConnectionsPerKey: 500, maxBufferedBytes: 256 * 1024 } } },
+      networks: [
+        network('twin', [{ id: 'a', wsUrl: proxies.a!.url }, { id: 'b', wsUrl: proxies.b!.url }]),
+        network('shared', [{ id: 'shared', wsUrl: proxies.shared!.url }]),
+        network('metered', [{ id: 'metered', wsUrl: proxies.metered!.url }]),
+      ],
+    });
+  });
+  afterAll(async () => {
+    await gateway?.close();
+    for (const proxy of Object.values(proxies)) await proxy.kill().catch(() => undefined);
+  });
+
+  it('moves to the other upstream when the one carrying the stream dies: every block and log exactly once, in order', async () => {
+    const address = await deployPing(anvil);
+    const client = await openClient(wsUrl(gateway, 'twin'));
+    const heads = (await client.call('eth_subscribe', ['newHeads'])).result as string;
+    const logs = (await client.call('eth_subscribe', ['logs', { address }])).result as string;
+    await until(() => proxies.a!.subscribeCalls.includes('logs') || proxies.b!.subscribeCalls.includes('logs'), 10_000, 'upstream subscriptions');
+    const carrying = proxies.a!.subscribeCalls.includes('logs') ? proxies.a! : proxies.b!;
+    const standby = carrying === proxies.a ? proxies.b! : proxies.a!;
+    const startBlock = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) + 1;
+    const sent: string[] = [];
+    // A block every 200 ms (each carries one Ping log); the carrying upstream dies after the fifth.
+    for (let index = 0; index < 15; index += 1) {
+      const started = Date.now();
+      sent.push(await ping(anvil, address));
+      if (index === 4) await carrying.kill();
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, 200 - (Date.now() - started))));
+    }
+    const lastBlock = Number(await directRpc(anvil.url, 'eth_blockNumber', []));
+    const events = (id: string) => client.messages.filter((message) => message.method === 'eth_subscription' && message.params.subscription === id).map((message) => message.params.result);
+    await until(() => events(heads).some((head) => Number(head.number) === lastBlock) && events(logs).length >= sent.length, 15_000, 'the last block and every log');
+    await new Promise((resolve) => setTimeout(resolve, 300)); // anything late (a duplicate) would show now
+    expect(standby.subscribeCalls).toContain('logs');
+    const seenHeads = events(heads).filter((head) => Number(head.number) >= startBlock);
+    expect(seenHeads.map((head) => Number(head.number))).toEqual(Array.from({ length: lastBlock - startBlock + 1 }, (_, index) => startBlock + index));
+    for (const head of seenHeads) {
+      expect(head.hash).toBe(((await directRpc(anvil.url, 'eth_getBlockByNumber', [head.number, false])) as { hash: string }).hash);
+    }
+    const anvilLogs = (await directRpc(anvil.url, 'eth_getLogs', [{ address, fromBlock: `0x${startBlock.toString(16)}`, toBlock: 'latest' }])) as any[];
+    expect(events(logs).map((log) => `${log.blockHash}:${log.logIndex}`)).toEqual(anvilLogs.map((log) => `${log.blockHash}:${log.logIndex}`));
+    expect(events(logs).map((log) => log.transactionHash)).toEqual(sent);
+    client.ws.close();
+  }, 60_000);
+
+  it('200 clients subscribed to newHeads share one upstream subscription', async () => {
+    const clients = await Promise.all(Array.from({ length: 200 }, () => openClient(wsUrl(gateway, 'shared'))));
+    const ids = await Promise.all(clients.map(async (client) => (await client.call('eth_subscribe', ['newHeads'])).result as string));
+    expect(new Set(ids).size).toBe(200);
+    await until(() => proxies.shared!.subscribeCalls.length > 0, 10_000, 'the upstream subscription');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const first = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) + 1;
+    await mine(anvil, 2);
+    const heads = (client: Client) => client.messages.filter((message) => message.method === 'eth_subscription' && Number(message.params.result.number) >= first);
+    await until(() => clients.every((client) => heads(client).length >= 2), 15_000, 'two heads at every client');
+    for (const [index, client] of clients.entries()) {
+      expect(heads(client).map((message) => [message.params.subscription, Number(message.params.result.number)])).toEqual([[ids[index], first], [ids[index], first + 1]]);
+    }
+    expect(proxies.shared!.subscribeCalls).toEqual(['newHeads']);
+    expect(proxies.shared!.open()).toBe(1);
+    await Promise.all(clients.map((client) => {
+      client.ws.close();
+      return client.closed;
+    }));
+    // The last client gone: the upstream socket closes too.
+    await until(() => proxies.shared!.open() === 0, 10_000, 'the upstream socket to close');
+  }, 60_000);
+
+  async function meteredClient(dailyCredits: number) {
+    const team = await gateway.store.createTeam({ name: `metered-${Math.random().toString(36).slice(2)}`, dailyCredits });
+    const { secret } = await issueKey(gateway.store, { teamId: team.id });
+    const client = await openClient(wsUrl(gateway, 'metered', secret));
+    const used = async () => {
+      const day = new Date().toISOString().slice(0, 10);
+      const [result] = await gateway.store.applyLedger([{ type: 'peek', teamId: team.id, day }] as const);
+      return result.teamUsed;
+    };
+    return { client, used };
+  }
+
+  it('charges each delivered event its price: newHeads 50 each, logs 300 per block of the subscription', async () => {
+    const address = await deployPing(anvil);
+    const { client, used } = await meteredClient(1_000_000);
+    const heads = (await client.call('eth_subscribe', ['newHeads'])).result;
+    const logs = (await client.call('eth_subscribe', ['logs', { address, topics: [keccakPing()] }])).result;
+    await until(() => proxies.metered!.subscribeCalls.includes('logs'), 10_000, 'the upstream subscriptions');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(await used()).toBe(10);
+    // Block 1: one Ping. Block 2: two Pings (mined together). Then one plain block.
+    await ping(anvil, address);
+    await directRpc(anvil.url, 'evm_setAutomine', [false]);
+    const account = privateKeyToAccount(DEV_KEY);
+    const wallet = createWalletClient({ account, chain: foundry, transport: http(anvil.url) });
+    await wallet.sendTransaction({ to: address, gas: 30_000n });
+    await wallet.sendTransaction({ to: address, gas: 30_000n });
+    await mine(anvil, 1);
+    await directRpc(anvil.url, 'evm_setAutomine', [true]);
+    await mine(anvil, 1);
+    const count = (id: string) => client.messages.filter((message) => message.params?.subscription === id).length;
+    await until(() => count(heads) >= 3 && count(logs) >= 3, 10_000, 'three heads and three logs');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(count(heads)).toBe(3);
+    expect(count(logs)).toBe(3);
+    expect(await used()).toBe(5 + 5 + 3 * 50 + 2 * 300);
+    expect((await client.call('eth_unsubscribe', [logs])).result).toBe(true);
+    expect(await used()).toBe(5 + 5 + 3 * 50 + 2 * 300 + 10);
+    client.ws.close();
+  }, 30_000);
+
+  it('a team that runs out mid-stream gets the final -32005 and close code 4402; undelivered events cost nothing', async () => {
+    // eth_subscribe (5) and two heads (100); the third head would need 50 of the 30 left.
+    const { client, used } = await meteredClient(5 + 2 * 50 + 30);
+    const id = (await client.call('eth_subscribe', ['newHeads'])).result;
+    await until(() => proxies.metered!.subscribeCalls.length > 0, 10_000, 'the upstream subscription');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await mine(anvil, 4);
+    const closed = await client.closed;
+    expect(closed.code).toBe(4402);
+    const events = client.messages.filter((message) => message.params?.subscription === id);
+    expect(events).toHaveLength(2);
+    const final = client.messages.at(-1);
+    expect(final.id).toBeNull();
+    expect(final.error.code).toBe(-32005);
+    expect(final.error.data.reason).toBe('daily_credits_exhausted');
+    expect(await used()).toBe(5 + 2 * 50);
+  }, 30_000);
+
+  it('closes a client that stops reading with 1013; its send buffer stays bounded', async () => {
+    // A contract with 24,000 bytes of code: each eth_getCode answer is ~48 KB of hex.
+    const account = privateKeyToAccount(DEV_KEY);
+    const wallet = createWalletClient({ account, chain: foundry, transport: http(anvil.url) });
+    // init: PUSH2 24000 PUSH1 0 RETURN (returns 24,000 zero bytes of fresh memory as the code)
+    const hash = await wallet.sendTransaction({ data: '0x615dc06000f3', gas: 6_000_000n });
+    const receipt = await createPublicClient({ chain: foundry, transport: http(anvil.url) }).waitForTransactionReceipt({ hash, pollingInterval: 50 });
+    const client = await openClient(wsUrl(gateway, 'metered'));
+    const socket = (client.ws as unknown as { _socket: import('node:net').Socket })._socket;
+    socket.pause();
+    const rssBefore = process.memoryUsage().rss;
+    for (let index = 0; index < 2_000; index += 1) {
+      client.ws.send(JSON.stringify({ jsonrpc: '2.0', id: index, method: 'eth_getCode', params: [receipt.contractAddress, 'latest'] }));
+    }
+    await until(() => gateway.logLines.some((line) => line.includes('websocket client not reading')), 30_000, 'the gateway to give up on the client');
+    const rssGrowth = process.memoryUsage().rss - rssBefore;
+    socket.resume();
+    const closed = await client.closed;
+    expect(closed.code).toBe(1013);
+    await until(() => gateway.logLines.some((line) => line.includes('"websocket close"') && line.includes('"slow_client"')), 10_000, 'the close log line');
+    const answered = gateway.logLines.filter((line) => line.includes('"transport":"ws"') && line.includes('eth_getCode') && line.includes('"status":200')).length;
+    // 2,000 answers would be ~96 MB; the connection was cut long before.
+    expect(answered).toBeLessThan(1_000);
+    expect(rssGrowth).toBeLessThan(64 * 1024 * 1024);
+  }, 60_000);
+});
+
+function keccakPing(): string {
+  return keccak256(stringToBytes('Ping()'));
+}

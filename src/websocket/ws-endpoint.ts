@@ -122,6 +122,12 @@ interface Connection {
   id: string;
   ws: WebSocket;
   socket: Socket;
+  /**
+   * What a message's context sees as its client's socket: gone once the connection is closing
+   * (a close frame is queued), so the shared request path refunds answers that can no longer be
+   * sent, as it does for an HTTP client that left.
+   */
+  view: Socket;
   /** The key as it came in the path: every message is authenticated again (revocations apply). */
   apiKey: string;
   auth: KeyWithTeam;
@@ -242,6 +248,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
       id: nextId(),
       ws,
       socket,
+      view: socket,
       apiKey,
       auth,
       networkId,
@@ -256,6 +263,14 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
       events: 0,
       eventCredits: 0,
     };
+    connection.view = {
+      get destroyed() {
+        return socket.destroyed || connection.closing;
+      },
+      get writable() {
+        return socket.writable && !connection.closing;
+      },
+    } as Socket;
     connections.add(connection);
     observe.connections(networkId, 1);
     logger.info(
@@ -321,6 +336,9 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
     if (connection.closing || connection.ws.readyState !== WebSocket.OPEN) return false;
     connection.ws.send(text);
     if (connection.ws.bufferedAmount > settings.maxBufferedBytes) {
+      // The close frame waits behind what is buffered: a client that never reads again is cut
+      // off by ws's close timeout (30 s), with nothing added to its buffer meanwhile.
+      logger.warn({ connectionId: connection.id, keyId: connection.auth.key.id, bufferedBytes: connection.ws.bufferedAmount }, 'websocket client not reading: closing (1013)');
       closeConnection(connection, CLOSE_TRY_AGAIN_LATER, 'slow_client', 'send buffer full: client not reading');
     }
     return true;
@@ -329,7 +347,9 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
   // --- messages -----------------------------------------------------------------------------
 
   async function handleMessage(connection: Connection, body: Buffer): Promise<void> {
-    const ctx = createRequestContext(nextId(), connection.socket);
+    // A closing connection takes no more work: nothing it asks could be delivered.
+    if (connection.closing) return;
+    const ctx = createRequestContext(nextId(), connection.view);
     ctx.networkId = connection.networkId;
     const networks = deps.acquireNetworks();
     try {
