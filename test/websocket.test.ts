@@ -422,3 +422,163 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
 function keccakPing(): string {
   return keccak256(stringToBytes('Ping()'));
 }
+
+describe('WebSocket bounds, throughput and metrics', () => {
+  let gateway: TestGateway;
+  let proxy: WsProxy;
+  beforeAll(async () => {
+    proxy = await startWsProxy(anvil.url.replace('http://', 'ws://'));
+    gateway = await startTestGateway({
+      config: {
+        server: {
+          host: '127.0.0.1',
+          port: 0,
+          websocket: { maxConnections: 3, maxConnectionsPerKey: 2, maxSubscriptionsPerConnection: 1, maxMessageBytes: 2048, pingIntervalMs: 100, pongTimeoutMs: 300 },
+        },
+      },
+      networks: [{ id: 'eth', kind: 'evm', chainId: anvil.chainId, methods: METHODS, upstreams: [{ id: 'anvil', url: anvil.url, wsUrl: proxy.url }] }],
+    });
+  });
+  afterAll(async () => {
+    await gateway?.close();
+    await proxy?.kill();
+  });
+
+  it('bounds connections per key (429) and per process (503), subscriptions per connection, message size (1009)', async () => {
+    const first = await openClient(wsUrl(gateway, 'eth'));
+    const second = await openClient(wsUrl(gateway, 'eth'));
+    const perKey = await refusedUpgrade(wsUrl(gateway, 'eth'));
+    expect(perKey.status).toBe(429);
+    expect(perKey.body.error).toMatchObject({ code: -32005, data: { reason: 'connection_limit', scope: 'key', limit: 2 } });
+    const { secret } = await issueKey(gateway.store, { teamId: gateway.team.id });
+    const third = await openClient(wsUrl(gateway, 'eth', secret));
+    const full = await refusedUpgrade(wsUrl(gateway, 'eth', secret));
+    expect(full.status).toBe(503);
+    expect(full.body.error.data).toMatchObject({ reason: 'connection_limit', scope: 'process', limit: 3 });
+
+    expect((await first.call('eth_subscribe', ['newHeads'])).result).toMatch(/^0x/);
+    const refused = await first.call('eth_subscribe', ['newPendingTransactions']);
+    expect(refused.error).toMatchObject({ code: -32005, data: { reason: 'subscription_limit', limit: 1 } });
+
+    second.ws.send(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: ['x'.repeat(4096)] }));
+    expect((await second.closed).code).toBe(1009);
+    // A connection closed frees its place.
+    const again = await openClient(wsUrl(gateway, 'eth'));
+    for (const client of [first, third, again]) client.ws.close();
+    await Promise.all([first.closed, third.closed, again.closed]);
+  });
+
+  it('closes a connection whose client stops answering pings', async () => {
+    const client = await openClient(wsUrl(gateway, 'eth'));
+    const socket = (client.ws as unknown as { _socket: import('node:net').Socket })._socket;
+    socket.pause(); // pings are not read, so never answered
+    await until(() => gateway.logLines.some((line) => line.includes('"websocket close"') && line.includes('"pong_timeout"')), 10_000, 'the pong timeout');
+    socket.resume();
+    expect((await client.closed).code).toBe(1006);
+  });
+
+  it('applies the team throughput limit to requests over the socket', async () => {
+    const team = await gateway.store.createTeam({ name: `tps-${Math.random().toString(36).slice(2)}`, dailyCredits: 1_000_000, creditsPerSecond: 100 });
+    const { secret } = await issueKey(gateway.store, { teamId: team.id });
+    const client = await openClient(wsUrl(gateway, 'eth', secret));
+    const answers = await Promise.all([client.call('eth_blockNumber'), client.call('eth_blockNumber')]);
+    expect(answers.filter((answer) => answer.result !== undefined)).toHaveLength(1);
+    expect(answers.find((answer) => answer.error !== undefined)?.error).toMatchObject({ code: -32005, data: { reason: 'rate_limited' } });
+    client.ws.close();
+    await client.closed;
+  });
+
+  it('exposes connections, subscriptions, upstream subscriptions, events and disconnect reasons as metrics', async () => {
+    const client = await openClient(wsUrl(gateway, 'eth'));
+    await client.call('eth_subscribe', ['newHeads']);
+    await until(() => proxy.subscribeCalls.length > 0, 10_000, 'the upstream subscription');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await mine(anvil, 1);
+    await client.next((message) => message.method === 'eth_subscription');
+    const scrape = async () => (await fetch(`${gateway.gateway.adminOrigin}/metrics`, { headers: { authorization: 'Bearer test-admin-token-0123456789' } })).text();
+    const text = await scrape();
+    expect(text).toMatch(/tollgate_ws_connections\{network="eth"\} 1/);
+    expect(text).toMatch(/tollgate_ws_subscriptions\{network="eth",type="newHeads"\} 1/);
+    expect(text).toMatch(/tollgate_ws_upstream_subscriptions\{network="eth",type="newHeads"\} 1/);
+    expect(text).toMatch(/tollgate_ws_events_delivered_total\{network="eth",type="newHeads"\} [1-9]/);
+    expect(text).toMatch(/tollgate_ws_disconnects_total\{reason="message_too_large"\} 1/);
+    expect(text).toMatch(/tollgate_ws_disconnects_total\{reason="pong_timeout"\} 1/);
+    expect(text).toMatch(/tollgate_ws_upgrades_rejected_total\{status="429"\} 1/);
+    client.ws.close();
+    await client.closed;
+    await until(() => proxy.open() === 0, 10_000, 'the upstream socket to close');
+    const after = await scrape();
+    expect(after).toMatch(/tollgate_ws_connections\{network="eth"\} 0/);
+    expect(after).toMatch(/tollgate_ws_upstream_subscriptions\{network="eth",type="newHeads"\} 0/);
+  });
+});
+
+describe('WebSocket subscriptions across a reorg hidden by an upstream move', () => {
+  let gateway: TestGateway;
+  let carrying: WsProxy;
+  let standby: WsProxy;
+  beforeAll(async () => {
+    const target = anvil.url.replace('http://', 'ws://');
+    carrying = await startWsProxy(target);
+    standby = await startWsProxy(target, { refusing: true });
+    gateway = await startTestGateway({
+      networks: [
+        {
+          id: 'reorg',
+          kind: 'evm',
+          chainId: anvil.chainId,
+          methods: METHODS,
+          subscriptions: { reconnectDelayMs: 100 },
+          upstreams: [
+            { id: 'carrying', url: anvil.url, wsUrl: carrying.url },
+            { id: 'standby', url: anvil.url, wsUrl: standby.url },
+          ],
+        },
+      ],
+    });
+  });
+  afterAll(async () => {
+    await gateway?.close();
+    await carrying?.kill().catch(() => undefined);
+    await standby?.kill().catch(() => undefined);
+  });
+
+  it('delivers the new chain from the fork point and the orphaned logs again with removed: true', async () => {
+    const address = await deployPing(anvil);
+    const client = await openClient(wsUrl(gateway, 'reorg'));
+    const heads = (await client.call('eth_subscribe', ['newHeads'])).result as string;
+    const logs = (await client.call('eth_subscribe', ['logs', { address }])).result as string;
+    await until(() => carrying.subscribeCalls.includes('logs'), 10_000, 'the upstream subscriptions');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const events = (id: string) => client.messages.filter((message) => message.params?.subscription === id).map((message) => message.params.result);
+    const first = await ping(anvil, address);
+    const snapshot = await directRpc(anvil.url, 'evm_snapshot', []);
+    const orphaned = await ping(anvil, address);
+    await until(() => events(logs).length === 2, 10_000, 'two logs');
+    const forkNumber = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) - 1;
+    const orphanedHead = events(heads).at(-1);
+    // The carrying upstream dies; while no upstream is reachable the chain reorganises.
+    await carrying.kill();
+    await directRpc(anvil.url, 'evm_revert', [snapshot]);
+    await mine(anvil, 2);
+    standby.refuse(false);
+    await until(() => standby.subscribeCalls.includes('logs'), 10_000, 'the move to the standby');
+    await mine(anvil, 1);
+    const tip = Number(await directRpc(anvil.url, 'eth_blockNumber', []));
+    await until(() => events(heads).some((head) => Number(head.number) === tip) && events(logs).length >= 3, 10_000, 'the new chain and the removal');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const seenLogs = events(logs);
+    expect(seenLogs.map((log) => [log.transactionHash, log.removed])).toEqual([
+      [first, false],
+      [orphaned, false],
+      [orphaned, true],
+    ]);
+    const afterFork = events(heads).filter((head) => Number(head.number) > forkNumber);
+    expect(afterFork[0].hash).toBe(orphanedHead.hash);
+    const canonical = await Promise.all(
+      [forkNumber + 1, forkNumber + 2, forkNumber + 3].map(async (number) => ((await directRpc(anvil.url, 'eth_getBlockByNumber', [`0x${number.toString(16)}`, false])) as { hash: string }).hash),
+    );
+    expect(afterFork.slice(1).map((head) => head.hash)).toEqual(canonical);
+    client.ws.close();
+  }, 30_000);
+});

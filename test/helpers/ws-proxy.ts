@@ -11,12 +11,15 @@ export interface WsProxy {
   subscribeCalls: string[];
   /** Connections open through the proxy now. */
   open(): number;
+  /** While true, new connections are refused at the upgrade (HTTP 401). */
+  refuse(refusing: boolean): void;
   /** Closes every connection at once (a reset, not a close handshake) and refuses new ones. */
   kill(): Promise<void>;
 }
 
-export async function startWsProxy(target: string): Promise<WsProxy> {
-  const server = new WebSocketServer({ host: '127.0.0.1', port: 0, perMessageDeflate: false });
+export async function startWsProxy(target: string, options: { refusing?: boolean } = {}): Promise<WsProxy> {
+  let refusing = options.refusing ?? false;
+  const server = new WebSocketServer({ host: '127.0.0.1', port: 0, perMessageDeflate: false, verifyClient: () => !refusing });
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));
   const subscribeCalls: string[] = [];
   const pairs = new Set<{ client: WebSocket; upstream: WebSocket }>();
@@ -55,6 +58,9 @@ export async function startWsProxy(target: string): Promise<WsProxy> {
     url: `ws://127.0.0.1:${port}`,
     subscribeCalls,
     open: () => pairs.size,
+    refuse(value) {
+      refusing = value;
+    },
     async kill() {
       for (const { client, upstream } of pairs) {
         client.terminate();
