@@ -110,6 +110,12 @@ const networkSchema = z.strictObject({
   maxBlockLag: z.number().int().min(0).default(5),
   healthCheck: healthCheckSchema.prefault({}),
   hedge: hedgeSchema.prefault({}),
+  /**
+   * `eth_sendRawTransaction` goes to every available upstream at once and is answered with the
+   * first success (errors only when none succeeds). Default: one upstream at a time, the next
+   * only after an attempt failed (docs/routing.md#transactions).
+   */
+  broadcast: z.boolean().default(false),
 });
 
 const sqliteStoreSchema = z.strictObject({
@@ -203,6 +209,16 @@ export const configSchema = z
          * route answers 401; /healthz and /readyz stay open for probes.
          */
         token: z.string().min(16, 'use at least 16 characters').optional(),
+      })
+      .prefault({}),
+    filters: z
+      .strictObject({
+        /**
+         * Key of the HMAC that binds filter ids to their upstream and API key; every replica must
+         * have the same (use `${ENV}`). Unset: one is generated once and kept in the store, so
+         * replicas sharing a store agree (docs/routing.md#filters).
+         */
+        idSecret: z.string().min(32, 'use at least 32 characters').optional(),
       })
       .prefault({}),
     networks: z.array(networkSchema).min(1),
