@@ -20,6 +20,10 @@
 //   BENCH_DURATION=20 BENCH_CONNECTIONS=100 npm run bench
 //   npm run bench -- --profile         # also write a .cpuprofile per gateway process (bench/profile-summary.ts)
 //   npm run bench -- --quick --only "hit, hydrated=false"   # one scenario, printed, not written
+//   npm run bench -- --runs 3          # three full runs in one invocation, all reported, with their spread
+//
+// The load comes from `wrk` when it is installed (bench/wrk.ts; `apt-get install wrk`), else from
+// autocannon in this process; `BENCH_LOADGEN=autocannon` forces the fallback.
 
 import autocannon from 'autocannon';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
@@ -32,6 +36,8 @@ import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 import { stringify as toYaml } from 'yaml';
 import { seedAnvil, startAnvil, type AnvilNode } from '../src/devnet/anvil.js';
+import { redisCost, redisSnapshot, type RedisCost } from './redis-cost.js';
+import { findWrk, prepareWrk, runWrk } from './wrk.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI = join(ROOT, 'dist', 'cli.js');
@@ -54,6 +60,8 @@ const { values: flags } = parseArgs({
     profile: { type: 'boolean', default: false },
     /** Only the scenarios whose name contains this text; nothing is written to the doc. */
     only: { type: 'string' },
+    /** Full runs of every scenario in one invocation (servers started and warmed up once). */
+    runs: { type: 'string', default: '1' },
   },
   allowPositionals: false,
 });
@@ -67,7 +75,17 @@ function positiveEnv(name: string): number | undefined {
 }
 
 const DURATION_S = positiveEnv('BENCH_DURATION') ?? (flags.quick ? 3 : 20);
+const RUNS = Number(flags.runs);
+if (!Number.isInteger(RUNS) || RUNS < 1) throw new Error(`--runs must be a positive integer, got "${flags.runs}"`);
+/** `wrk` when installed (the load generator then runs outside this process), else autocannon. */
+const WRK = findWrk();
+const LOADGEN = WRK === undefined ? 'autocannon' : 'wrk';
+const WRK_THREADS = Math.round(positiveEnv('BENCH_WRK_THREADS') ?? 1);
 const REDIS_SCENARIO = 'cache hit, hydrated=false, Redis store';
+const BATCH_SCENARIO = `batch of ${BATCH_ITEMS} cache hits`;
+/** `getAssetsByGroup` page sizes measured: ~167 KiB and ~1.6 MiB answers. */
+const ASSET_LIMITS = [100, 1000] as const;
+const assetsScenario = (limit: number): string => `getAssetsByGroup, limit ${limit}`;
 const HEADERS_SCENARIO = 'cache hit, hydrated=false, reference sends the same headers';
 
 function selected(scenario: string): boolean {
@@ -87,7 +105,7 @@ const PAIRS = Math.max(1, Math.round(DURATION_S / ROUND_S));
 const CONNECTIONS = Math.round(positiveEnv('BENCH_CONNECTIONS') ?? 50);
 
 function commandLine(): string {
-  const env = ['BENCH_DURATION', 'BENCH_CONNECTIONS']
+  const env = ['BENCH_DURATION', 'BENCH_CONNECTIONS', 'BENCH_LOADGEN', 'BENCH_WRK_THREADS']
     .filter((name) => process.env[name] !== undefined && process.env[name] !== '')
     .map((name) => `${name}=${process.env[name]}`);
   const args = process.argv.slice(2);
@@ -361,6 +379,8 @@ interface Measured {
   cpuUsPerRequest?: number;
   errors: number;
   rss?: number;
+  /** The largest RSS sampled (every 100 ms) while this target was under load. */
+  peakRss?: number;
   /** The highest share of a core the load generator used in any round of this target. */
   clientCpu: number;
   /** The reference row this one is compared with. */
@@ -378,11 +398,44 @@ interface Round {
   latencies: Float64Array;
   /** Server CPU seconds over the round, if /proc could tell. */
   cpu: number | undefined;
-  /** Share of one core the load generator (this process) used over the round. */
+  /** Share of one core the load generator (wrk, or this process) used over the round. */
   clientCpu: number;
+  /** The largest RSS of the server sampled during the round. */
+  peakRss: number | undefined;
 }
 
+let wrkFiles: ReturnType<typeof prepareWrk> | undefined;
+
 async function load(target: Target, seconds: number): Promise<Round> {
+  let peakRss = rssBytes(target.pid);
+  const sampler = setInterval(() => {
+    const rss = rssBytes(target.pid);
+    if (rss !== undefined && (peakRss === undefined || rss > peakRss)) peakRss = rss;
+  }, 100);
+  try {
+    const round = WRK === undefined ? await loadWithAutocannon(target, seconds) : await loadWithWrk(target, seconds);
+    return { ...round, peakRss };
+  } finally {
+    clearInterval(sampler);
+  }
+}
+
+async function loadWithWrk(target: Target, seconds: number): Promise<Omit<Round, 'peakRss'>> {
+  wrkFiles ??= prepareWrk(workDir!);
+  const before = cpuSeconds(target.pid);
+  const run = await runWrk({ script: wrkFiles.script, bodyFile: wrkFiles.bodyFile(target.body), url: target.url, connections: CONNECTIONS, threads: WRK_THREADS, seconds, timeoutS: 10 });
+  const after = cpuSeconds(target.pid);
+  return {
+    requests: run.requests,
+    seconds: run.seconds,
+    errors: run.errors + run.non2xx,
+    latencies: run.quantilesMs,
+    cpu: before === undefined || after === undefined ? undefined : after - before,
+    clientCpu: run.cpuSeconds / run.seconds,
+  };
+}
+
+async function loadWithAutocannon(target: Target, seconds: number): Promise<Omit<Round, 'peakRss'>> {
   const latencies: number[] = [];
   const before = cpuSeconds(target.pid);
   const clientBefore = process.cpuUsage();
@@ -450,6 +503,7 @@ function summarise(scenario: string, target: Target, rounds: readonly Round[], r
     errors: rounds.reduce((sum, round) => sum + round.errors, 0),
     clientCpu: Math.max(...rounds.map((round) => round.clientCpu)),
     rss: rssBytes(target.pid),
+    peakRss: Math.max(...rounds.map((round) => round.peakRss ?? 0)) || undefined,
     reference,
   };
 }
@@ -563,87 +617,313 @@ interface Check {
   name: string;
   measured: string;
   pass: boolean;
+  /** The ratio the check is about, for the repeatability table. */
+  ratio?: number;
 }
 
-function report(rows: Measured[], checks: Check[], facts: { data: string; startedAt: Date; elapsedS: number }): string {
-  const cpu = cpus();
+type Facts = { data: string; startedAt: Date; elapsedS: number };
+
+/** One run's targets (DESIGN targets of the performance issue), from its rows. */
+function targetChecks(rows: readonly Measured[], gatewayRss: readonly number[], withRedis: boolean): Check[] {
+  const gatewayRow = (scenario: string): Measured => {
+    const row = rows.find((candidate) => candidate.scenario === scenario && candidate.reference !== undefined);
+    if (row === undefined) throw new Error(`no gateway row for ${scenario}`);
+    return row;
+  };
+  const checks: Check[] = [];
+  const rpsAtLeast = (label: string, row: Measured, bound: number, what: string): void => {
+    const r = ratios(row);
+    checks.push({ name: `${label}: req/s ≥ ${bound}× ${what}`, measured: ratioText(r.rps, row.pairs?.rps), pass: (r.rps ?? 0) >= bound && row.errors === 0, ratio: r.rps });
+  };
+  const p99AtMost = (label: string, row: Measured, bound: number, what: string): void => {
+    const r = ratios(row);
+    checks.push({
+      name: `${label}: p99 ≤ ${bound}× ${what}`,
+      measured: `${ratioText(r.p99, row.pairs?.p99)}; over all rounds ${ms(row.p99)} vs ${ms(row.reference!.p99)} ms`,
+      pass: (r.p99 ?? Infinity) <= bound,
+      ratio: r.p99,
+    });
+  };
+  for (const hydrated of [false, true]) {
+    const row = gatewayRow(`cache hit, hydrated=${hydrated}`);
+    rpsAtLeast(`cache hit hydrated=${hydrated}`, row, 0.9, 'bare');
+    p99AtMost(`cache hit hydrated=${hydrated}`, row, 1.3, 'bare');
+  }
+  rpsAtLeast(BATCH_SCENARIO, gatewayRow(BATCH_SCENARIO), 0.9, 'bare');
+  rpsAtLeast('cache miss, verification full', gatewayRow(missScenario('full')), 1.2, 'proxy');
+  rpsAtLeast('cache miss, hydrated=true, verification full', gatewayRow(HYDRATED_MISS_SCENARIO), 1.2, 'proxy');
+  for (const limit of ASSET_LIMITS) {
+    const row = gatewayRow(assetsScenario(limit));
+    const label = `getAssetsByGroup limit ${limit}`;
+    rpsAtLeast(label, row, 0.9, 'streaming proxy');
+    const cpu = ratios(row).cpu;
+    checks.push({
+      name: `${label}: gateway CPU per request ≤ 1.5× streaming proxy`,
+      measured: `${cpu === undefined ? 'n/a' : `${fmt(cpu)}×`} (${fmt(row.cpuUsPerRequest ?? NaN, 0)} vs ${fmt(row.reference!.cpuUsPerRequest ?? NaN, 0)} µs)`,
+      pass: cpu !== undefined && cpu <= 1.5,
+      ratio: cpu,
+    });
+    p99AtMost(label, row, 1.3, 'streaming proxy');
+  }
+  {
+    const row = gatewayRow(assetsScenario(1000));
+    const bound = CACHE_MAX_BYTES + RSS_HEADROOM_BYTES;
+    checks.push({
+      name: `gateway peak RSS with ${CONNECTIONS} concurrent limit-1000 answers ≤ ${bound / MIB} MiB`,
+      measured: `${mib(row.peakRss)} MiB (streaming proxy: ${mib(row.reference!.peakRss)} MiB)`,
+      pass: row.peakRss !== undefined && row.peakRss <= bound,
+    });
+  }
+  if (withRedis) rpsAtLeast('cache hit with the Redis store', gatewayRow(REDIS_SCENARIO), 0.6, 'the SQLite store');
+  const maxRss = Math.max(...gatewayRss);
+  checks.push({
+    name: `gateway RSS after the run ≤ cache maxBytes + 150 MiB = ${(CACHE_MAX_BYTES + RSS_HEADROOM_BYTES) / MIB} MiB`,
+    measured: `${mib(maxRss)} MiB (largest of the gateway processes: ${gatewayRss.map(mib).join(', ')})`,
+    pass: maxRss > 0 && maxRss <= CACHE_MAX_BYTES + RSS_HEADROOM_BYTES,
+  });
+  return checks;
+}
+
+/** How far apart a ratio came out over the runs: every run within ±0.05 of the runs' median. */
+const REPEAT_TOLERANCE = 0.05;
+
+function rowsTable(rows: readonly Measured[]): string[] {
   const x = (value: number | undefined): string => (value === undefined ? '' : `${fmt(value)}×`);
-  const lines: string[] = [];
-  lines.push(`Generated by \`${commandLine()}\` on ${facts.startedAt.toISOString()} (the run took ${Math.round(facts.elapsedS)} s).`);
-  lines.push('');
-  lines.push(`- Machine: ${cpu.length} cores (${cpu[0]?.model.trim() ?? 'unknown CPU'}), ${platform()} ${arch()}, Node ${process.version}.`);
-  lines.push(
-    `- Load: autocannon in the orchestrator process, ${CONNECTIONS} connections, pipelining 1. First every server is warmed up (${JIT_WARMUP_S} s of full load per gateway process, ` +
-      `${Math.ceil(JIT_WARMUP_S / 2)} s per reference, so that V8 has optimised their hot paths); then per scenario a ${WARMUP_S} s warm-up of each ` +
-      `target (not recorded), then ${PAIRS} pairs of ${ROUND_S} s rounds, reference and gateway alternating (ref-gw, gw-ref, ...): ${PAIRS * ROUND_S} s per target.`,
-  );
-  lines.push(
-    `- Gateway: \`node dist/cli.js serve\` as its own process; SQLite store (WAL, temp dir) with metering on (every call charged); ` +
-      `cache \`maxBytes\` ${CACHE_MAX_BYTES / MIB} MiB; \`TOLLGATE_LOG_LEVEL=warn\` (no per-request log line) unless the row says \`info\`; ` +
-      'its log goes to a file. Team and key made with `tollgate teams create` / `keys create`. The Redis-store row is a fourth gateway on a local `redis-server` (no persistence), with the team and key copied by `tollgate migrate`.',
-  );
-  lines.push(`- Data: ${facts.data}`);
-  lines.push(
-    '- Columns: req/s, p50 and p99 are over all rounds of the target (latency of every 2xx response as autocannon timed it, ' +
-      'to the microsecond); "req/s vs ref" and "p99 vs ref" are the **median over the pairs** of the pair\'s ratio, with the lowest and ' +
-      'highest pair in brackets; "CPU µs/req" is the server process\'s user + system CPU time over the measured rounds divided by ' +
-      'the requests it answered (from `/proc/<pid>/stat`); RSS is `VmRSS` of that process right after its last round; "load gen CPU" is ' +
-      'the highest share of one core autocannon\'s process used in any round (near 100% the load generator, not the server, would set the pace).',
-  );
-  lines.push('');
-  lines.push('| scenario | target | req/s | p50 ms | p99 ms | CPU µs/req | req/s vs ref | p99 vs ref | CPU/req vs ref | errors | RSS MiB | load gen CPU |');
-  lines.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+  const lines = [
+    '| scenario | target | req/s | p50 ms | p99 ms | CPU µs/req | req/s vs ref | p99 vs ref | CPU/req vs ref | errors | RSS MiB (peak) | load gen CPU |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+  ];
   for (const row of rows) {
     const r = ratios(row);
     const cpuUs = row.cpuUsPerRequest === undefined ? 'n/a' : fmt(row.cpuUsPerRequest, 0);
     lines.push(
       `| ${row.scenario} | ${row.target} | ${Math.round(row.requestsPerSecond)} | ${ms(row.p50)} | ${ms(row.p99)} | ${cpuUs} | ` +
-        `${ratioText(r.rps, row.pairs?.rps)} | ${ratioText(r.p99, row.pairs?.p99)} | ${x(r.cpu)} | ${row.errors} | ${mib(row.rss)} | ${Math.round(100 * row.clientCpu)}% |`,
+        `${ratioText(r.rps, row.pairs?.rps)} | ${ratioText(r.p99, row.pairs?.p99)} | ${x(r.cpu)} | ${row.errors} | ${mib(row.rss)} (${mib(row.peakRss)}) | ${Math.round(100 * row.clientCpu)}% |`,
     );
+  }
+  return lines;
+}
+
+function report(runs: ReadonlyArray<{ rows: Measured[]; checks: Check[] }>, facts: Facts): string {
+  const cpu = cpus();
+  const lines: string[] = [];
+  const generator =
+    LOADGEN === 'wrk'
+      ? `wrk (its own process, ${WRK_THREADS} thread${WRK_THREADS === 1 ? '' : 's'}, POST bodies from a Lua script; bench/wrk.ts)`
+      : 'autocannon in the orchestrator process (wrk not found; `apt-get install wrk` to use it)';
+  lines.push(`Generated by \`${commandLine()}\` on ${facts.startedAt.toISOString()} (the run took ${Math.round(facts.elapsedS)} s).`);
+  lines.push('');
+  lines.push(`- Machine: ${cpu.length} cores (${cpu[0]?.model.trim() ?? 'unknown CPU'}), ${platform()} ${arch()}, Node ${process.version}.`);
+  lines.push(
+    `- Load generator for **every table below: ${generator}**, ${CONNECTIONS} connections, pipelining 1. First every server is warmed up (${JIT_WARMUP_S} s of full load per gateway process, ` +
+      `${Math.ceil(JIT_WARMUP_S / 2)} s per reference, so that V8 has optimised their hot paths); then per scenario a ${WARMUP_S} s warm-up of each ` +
+      `target (not recorded), then ${PAIRS} pairs of ${ROUND_S} s rounds, reference and gateway alternating (ref-gw, gw-ref, ...): ${PAIRS * ROUND_S} s per target. ` +
+      `${RUNS} full run${RUNS === 1 ? '' : 's'} of every scenario, one after the other, on the same server processes.`,
+  );
+  lines.push(
+    `- Gateway: \`node dist/cli.js serve\` as its own process; SQLite store (WAL, temp dir) with metering on (every call charged); ` +
+      `cache \`maxBytes\` ${CACHE_MAX_BYTES / MIB} MiB; \`TOLLGATE_LOG_LEVEL=warn\` (no per-request log line) unless the row says \`info\`; ` +
+      'its log goes to a file. Team and key made with `tollgate teams create` / `keys create`. The Redis-store row is a fourth gateway on a local `redis-server` (no persistence), with the team and key copied by `tollgate migrate`. ' +
+      '`getAssetsByGroup` is compared with `bench/reference-stream-proxy.ts`, a `node:http` + undici proxy that pipes the sample DAS server\'s answer through unparsed.',
+  );
+  lines.push(`- Data: ${facts.data}`);
+  lines.push(
+    '- Columns: req/s, p50 and p99 are over all rounds of the target (' +
+      (LOADGEN === 'wrk'
+        ? "wrk's microsecond histogram of each round, as 1,000 quantiles per round, rounds weighted equally"
+        : 'latency of every 2xx response as autocannon timed it, to the microsecond') +
+      '); "req/s vs ref" and "p99 vs ref" are the **median over the pairs** of the pair\'s ratio, with the lowest and ' +
+      'highest pair in brackets; "CPU µs/req" is the server process\'s user + system CPU time over the measured rounds divided by ' +
+      'the requests it answered (from `/proc/<pid>/stat`); RSS is `VmRSS` of that process right after its last round, and in brackets the largest ' +
+      'sampled every 100 ms during its rounds; "load gen CPU" is the highest share of one core the load generator used in any round ' +
+      '(near 100% the load generator, not the server, would set the pace).',
+  );
+  for (const [index, run] of runs.entries()) {
+    lines.push('');
+    lines.push(runs.length > 1 ? `### Run ${index + 1} of ${runs.length}` : '### Results');
+    lines.push('');
+    lines.push(...rowsTable(run.rows));
   }
   lines.push('');
   lines.push('### Targets');
   lines.push('');
-  lines.push('| target | measured | result |');
-  lines.push('|---|---|---|');
-  for (const check of checks) lines.push(`| ${check.name} | ${check.measured} | ${check.pass ? 'PASS' : '**FAIL**'} |`);
+  const names = runs[0]!.checks.map((check) => check.name);
+  lines.push(`| target | ${runs.map((_, index) => `run ${index + 1}`).join(' | ')} |`);
+  lines.push(`|---|${runs.map(() => '---|').join('')}`);
+  for (const name of names) {
+    const cells = runs.map((run) => {
+      const check = run.checks.find((candidate) => candidate.name === name);
+      return check === undefined ? 'n/a' : `${check.pass ? 'PASS' : '**FAIL**'} ${check.measured}`;
+    });
+    lines.push(`| ${name} | ${cells.join(' | ')} |`);
+  }
+  if (runs.length > 1) {
+    lines.push('');
+    lines.push('### Repeatability');
+    lines.push('');
+    lines.push(
+      `Every ratio of the gateway rows over the ${runs.length} runs: "repeats" when every run is within ±${REPEAT_TOLERANCE} of the runs' median ` +
+        '(for req/s and p99, the medians over the pairs; for CPU, the ratio of CPU per request).',
+    );
+    lines.push('');
+    lines.push(`| scenario | ratio | ${runs.map((_, index) => `run ${index + 1}`).join(' | ')} | spread | repeats |`);
+    lines.push(`|---|---|${runs.map(() => '---:|').join('')}---:|---|`);
+    let repeating = 0;
+    let total = 0;
+    for (const row of runs[0]!.rows) {
+      if (row.reference === undefined) continue;
+      for (const key of ['rps', 'p99', 'cpu'] as const) {
+        const values = runs.map((run) => {
+          const same = run.rows.find((candidate) => candidate.scenario === row.scenario && candidate.reference !== undefined);
+          return same === undefined ? undefined : ratios(same)[key];
+        });
+        if (values.some((value) => value === undefined || !Number.isFinite(value))) continue;
+        const known = values as number[];
+        const middle = median(known);
+        const repeats = known.every((value) => Math.abs(value - middle) <= REPEAT_TOLERANCE + 1e-9);
+        total += 1;
+        if (repeats) repeating += 1;
+        const label = { rps: 'req/s', p99: 'p99', cpu: 'CPU/req' }[key];
+        lines.push(`| ${row.scenario} | ${label} | ${known.map((value) => `${fmt(value)}×`).join(' | ')} | ${fmt(Math.max(...known) - Math.min(...known))} | ${repeats ? 'yes' : '**no**'} |`);
+      }
+    }
+    lines.push('');
+    lines.push(`${repeating} of ${total} ratios repeat within ±${REPEAT_TOLERANCE}.`);
+  }
   return lines.join('\n');
 }
 
 const DOC_HEADER = `# Benchmarks
 
-The gateway is measured against two references started in the same invocation, on the same
-machine, with the same load: a bare \`node:http\` server that answers the same request with the
-same bytes (the ceiling for any Node server, for cache hits), and a minimal \`node:http\` +
-undici \`Pool\` pass-through proxy in front of the same anvil (the ceiling for any Node proxy,
-for cache misses). \`getAssetsByGroup\` is compared with the sample DAS server called directly.
-
-The load generator (autocannon) runs on the same machine as the servers. On a 2-core machine
-the load generator and the server under test share the cores (and anvil joins them for cache
-misses), so absolute numbers say little about a production host: **the ratios to the reference
-are what matter**. Each server (gateway, references, anvil, the sample DAS server) is its own
-process, so each one's CPU time and RSS are its own.
-
-Reproduce with \`npm run bench\`, about 9 minutes (\`-- --quick\`: 3 pairs of rounds, 5 s warm-up; \`BENCH_DURATION\` (pairs) and
-\`BENCH_CONNECTIONS\` override the defaults; \`-- --profile\` keeps a CPU profile of each gateway
-process). The section between the markers below is rewritten by every run; the rest of this
+The section between the markers below is rewritten by every \`npm run bench\`; the rest of this
 file is not.
 
 `;
 
-function writeDoc(generated: string): void {
+function writeDoc(file: string, generated: string, header: string): void {
   const block = `${START_MARKER}\n${generated}\n${END_MARKER}`;
-  mkdirSync(dirname(DOC), { recursive: true });
-  if (!existsSync(DOC)) {
-    writeFileSync(DOC, `${DOC_HEADER}${block}\n`);
+  mkdirSync(dirname(file), { recursive: true });
+  if (!existsSync(file)) {
+    writeFileSync(file, `${header}${block}\n`);
     return;
   }
-  const current = readFileSync(DOC, 'utf8');
+  const current = readFileSync(file, 'utf8');
   const start = current.indexOf(START_MARKER);
   const end = current.indexOf(END_MARKER);
   const next =
     start !== -1 && end > start ? current.slice(0, start) + block + current.slice(end + END_MARKER.length) : `${current.trimEnd()}\n\n${block}\n`;
-  writeFileSync(DOC, next);
+  writeFileSync(file, next);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Capacity planning (docs/scaling.md)
+
+const SCALING_DOC = join(ROOT, 'docs', 'scaling.md');
+const SCALING_HEADER = `# Scaling
+
+The section between the markers below is rewritten by every full \`npm run bench\`.
+
+`;
+
+interface RedisCostRow {
+  name: string;
+  cost: RedisCost;
+  /** The Redis-store gateway's CPU per call in the same rounds. */
+  gatewayCpuUs: number | undefined;
+  callsPerSecond: number;
+  errors: number;
+}
+
+/**
+ * The mixed workload of docs/scaling.md: shares of requests by scenario (a batch counts as one
+ * request of 50 calls). Chosen to look like a read-heavy RPC product: mostly block reads answered
+ * from the cache, some misses, a few batches and DAS pages.
+ */
+const MIX: ReadonlyArray<{ scenario: string; share: number; calls: number; redis: 'hit' | 'batch' | 'forwarded' }> = [
+  { scenario: 'cache hit, hydrated=false', share: 0.6, calls: 1, redis: 'hit' },
+  { scenario: 'cache hit, hydrated=true', share: 0.1, calls: 1, redis: 'hit' },
+  { scenario: 'cache miss, verification full → anvil', share: 0.15, calls: 1, redis: 'forwarded' },
+  { scenario: 'batch of 50 cache hits', share: 0.02, calls: BATCH_ITEMS, redis: 'batch' },
+  { scenario: 'getAssetsByGroup, limit 100', share: 0.12, calls: 1, redis: 'forwarded' },
+  { scenario: 'getAssetsByGroup, limit 1000', share: 0.01, calls: 1, redis: 'forwarded' },
+];
+/** A core is planned at this utilisation, leaving room for bursts, GC and the event loop's latency. */
+const PLANNED_UTILISATION = 0.6;
+/** One Redis main thread is planned at this share of a core. */
+const REDIS_PLANNED_UTILISATION = 0.5;
+
+function scalingReport(rows: readonly Measured[], redisCosts: readonly RedisCostRow[], facts: Facts): string {
+  const lines: string[] = [];
+  lines.push(`Generated by \`${commandLine()}\` on ${facts.startedAt.toISOString()}, from the last run of docs/benchmarks.md and the Redis rounds below (load generator: ${LOADGEN}).`);
+  lines.push('');
+  lines.push('#### CPU per request, and what one core serves');
+  lines.push('');
+  lines.push(`"One core" is ${PLANNED_UTILISATION * 100}% of a core busy (the plan's headroom) divided by the CPU per request; a gateway process is one event loop, so one process uses about one core.`);
+  lines.push('');
+  lines.push('| scenario | gateway CPU µs/req | req/s per core at 100% | req/s per process at the planned 60% |');
+  lines.push('|---|---:|---:|---:|');
+  const cpuOf = new Map<string, number>();
+  for (const row of rows) {
+    if (row.reference === undefined && row.target !== 'gateway') continue;
+    if (row.target !== 'gateway' || row.cpuUsPerRequest === undefined) continue;
+    cpuOf.set(row.scenario, row.cpuUsPerRequest);
+    lines.push(`| ${row.scenario} | ${fmt(row.cpuUsPerRequest, 0)} | ${fmt(1e6 / row.cpuUsPerRequest, 0)} | ${fmt((PLANNED_UTILISATION * 1e6) / row.cpuUsPerRequest, 0)} |`);
+  }
+  lines.push('');
+  lines.push('#### Redis commands and CPU per 1,000 calls (Redis store)');
+  lines.push('');
+  if (redisCosts.length === 0) {
+    lines.push('Not measured: `redis-server` is not installed.');
+  } else {
+    lines.push(
+      `Each scenario alone against the Redis-store gateway (${CONNECTIONS} connections), \`INFO commandstats\` and \`INFO cpu\` of the local redis-server read before and after; per 1,000 **calls** (a batch is ${BATCH_ITEMS} calls).`,
+    );
+    lines.push('');
+    lines.push('| scenario | calls/s | commands per 1,000 calls | of which | Redis CPU ms per 1,000 calls | gateway CPU µs/call | errors |');
+    lines.push('|---|---:|---:|---|---:|---:|---:|');
+    for (const row of redisCosts) {
+      const top = row.cost.commandsPer1000
+        .slice(0, 5)
+        .map(([command, per1000]) => `${command} ${fmt(per1000, 0)}`)
+        .join(', ');
+      lines.push(
+        `| ${row.name} | ${fmt(row.callsPerSecond, 0)} | ${fmt(row.cost.totalPer1000, 0)} | ${top} | ${fmt(row.cost.cpuMsPer1000, 1)} | ${row.gatewayCpuUs === undefined ? 'n/a' : fmt(row.gatewayCpuUs, 0)} | ${row.errors} |`,
+      );
+    }
+  }
+  lines.push('');
+  lines.push('#### The mixed workload: replicas and Redis for 10k, 50k and 100k requests/s');
+  lines.push('');
+  lines.push(`Mix (shares of requests): ${MIX.map((entry) => `${entry.scenario} ${Math.round(entry.share * 100)}%`).join(', ')}.`);
+  lines.push('');
+  const known = MIX.every((entry) => cpuOf.has(entry.scenario));
+  const redisOf = (kind: 'hit' | 'batch' | 'forwarded'): RedisCostRow | undefined =>
+    redisCosts.find((row) => (kind === 'hit' ? row.name.startsWith('cache hit') : kind === 'batch' ? row.name.startsWith('batch') : row.name.startsWith('forwarded')));
+  if (!known) {
+    lines.push('Not computed: a scenario of the mix was not measured in this run.');
+    return lines.join('\n');
+  }
+  const cpuPerRequest = MIX.reduce((sum, entry) => sum + entry.share * cpuOf.get(entry.scenario)!, 0);
+  const haveRedis = redisCosts.length > 0;
+  const callsPerRequest = MIX.reduce((sum, entry) => sum + entry.share * entry.calls, 0);
+  const commandsPerRequest = haveRedis ? MIX.reduce((sum, entry) => sum + (entry.share * entry.calls * (redisOf(entry.redis)?.cost.totalPer1000 ?? NaN)) / 1000, 0) : NaN;
+  const redisCpuMsPerRequest = haveRedis ? MIX.reduce((sum, entry) => sum + (entry.share * entry.calls * (redisOf(entry.redis)?.cost.cpuMsPer1000 ?? NaN)) / 1000, 0) : NaN;
+  lines.push(
+    `Weighted gateway CPU: **${fmt(cpuPerRequest, 0)} µs per request** (${fmt(callsPerRequest, 2)} calls per request), so one process at ${PLANNED_UTILISATION * 100}% serves ` +
+      `${fmt((PLANNED_UTILISATION * 1e6) / cpuPerRequest, 0)} requests/s` +
+      (haveRedis ? `; Redis: ${fmt(commandsPerRequest, 2)} commands and ${fmt(redisCpuMsPerRequest * 1000, 1)} µs of Redis CPU per request.` : '.'),
+  );
+  lines.push('');
+  lines.push('| requests/s | gateway cores (100%) | gateway processes at 60% | Redis commands/s | Redis CPU (cores) | Redis main threads at 50% |');
+  lines.push('|---:|---:|---:|---:|---:|---:|');
+  for (const rate of [10_000, 50_000, 100_000]) {
+    const cores = (rate * cpuPerRequest) / 1e6;
+    const redisCores = (rate * redisCpuMsPerRequest) / 1000;
+    lines.push(
+      `| ${rate.toLocaleString('en-US')} | ${fmt(cores, 1)} | ${Math.ceil(cores / PLANNED_UTILISATION)} | ${haveRedis ? fmt(rate * commandsPerRequest, 0) : 'n/a'} | ${haveRedis ? fmt(redisCores, 2) : 'n/a'} | ${haveRedis ? Math.max(1, Math.ceil(redisCores / REDIS_PLANNED_UTILISATION)) : 'n/a'} |`,
+    );
+  }
+  return lines.join('\n');
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -687,9 +967,10 @@ async function startRedis(): Promise<{ url: string; child: ChildProcess }> {
 async function main(): Promise<void> {
   const startedAt = new Date();
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npm run build\` first (npm run bench does)`);
-  // 11 scenario pairs (2 warm-ups + 2 × PAIRS rounds, each with a moment to start autocannon) and
-  // one gateway-only row, plus start-up.
-  const budgetMs = (4 * JIT_WARMUP_S + 11 * (2 * WARMUP_S + 2 * PAIRS * (ROUND_S + 0.5)) + WARMUP_S + DURATION_S) * 1000 + 90_000;
+  // Per run 11 scenario pairs (2 warm-ups + 2 × PAIRS rounds, each with a moment to start the load
+  // generator) and one gateway-only row; plus start-up, warm-up and the Redis cost rounds.
+  const perRunS = 11 * (2 * WARMUP_S + 2 * PAIRS * (ROUND_S + 0.5)) + WARMUP_S + DURATION_S;
+  const budgetMs = (4 * JIT_WARMUP_S + RUNS * perRunS + 3 * (WARMUP_S + 10)) * 1000 + 120_000;
   const watchdog = setTimeout(() => {
     process.stderr.write(`bench: still running after ${Math.round(budgetMs / 1000)} s, giving up\n`);
     killChildren();
@@ -715,7 +996,11 @@ async function main(): Promise<void> {
       ]);
       return { anvilUrl: anvil.url, hash, bare, bareWithHeaders, proxy };
     })(),
-    startTsProcess<{ url: string; groupValue: string; size: number }>('sample-das-process.ts', []),
+    (async () => {
+      const server = await startTsProcess<{ url: string; groupValue: string; size: number }>('sample-das-process.ts', []);
+      const streamProxy = await startTsProcess<{ port: number }>('reference-stream-proxy.ts', ['--upstream', server.info.url]);
+      return { ...server, streamProxy };
+    })(),
     (async () => {
       // A team with a quota no run can exhaust, and its key, made with the CLI like an operator would.
       await runCli(['teams', 'create', 'bench', '--daily-credits', '1000000000000', '--db', dbFile]);
@@ -726,6 +1011,8 @@ async function main(): Promise<void> {
   const bareUrl = `http://127.0.0.1:${bare.info.port}/`;
   const proxyUrl = `http://127.0.0.1:${proxy.info.port}/`;
   const bareTarget = (name: string, body: string): Target => ({ name, url: bareUrl, body, pid: bare.child.pid });
+  const { streamProxy } = das;
+  const streamProxyUrl = `http://127.0.0.1:${streamProxy.info.port}/`;
 
   // The gateways, each its own process on the same store: with the cache, without it, and with
   // the cache at log level info. Idle ones cost nothing while another is measured.
@@ -764,6 +1051,12 @@ async function main(): Promise<void> {
   const hits = [blockBody(hash, false), blockBody(hash, true), batchBody(hash)];
   const halfWarmUp = Math.ceil(JIT_WARMUP_S / 2);
   await warmUp(eth(cached), hits, JIT_WARMUP_S);
+  if (ASSET_LIMITS.some((limit) => selected(assetsScenario(limit)))) {
+    // The large pass-through path has code of its own to optimise (the scanner, the response writer).
+    const pages = ASSET_LIMITS.map((limit) => assetsBody(das.info.groupValue, limit));
+    await warmUp(`${cached.origin}/das/v3/${secret}`, pages, halfWarmUp);
+    await warmUp(streamProxyUrl, pages, halfWarmUp);
+  }
   await warmUp(eth(uncached), [blockBody(hash, false)], JIT_WARMUP_S);
   await warmUp(eth(logged), [blockBody(hash, false)], halfWarmUp);
   if (redisGateway !== undefined) await warmUp(eth(redisGateway), [blockBody(hash, false)], JIT_WARMUP_S);
@@ -771,137 +1064,136 @@ async function main(): Promise<void> {
   await warmUp(`http://127.0.0.1:${bareWithHeaders.info.port}/`, [blockBody(hash, false)], halfWarmUp);
   await warmUp(proxyUrl, [blockBody(hash, false)], halfWarmUp);
 
-  const rows: Measured[] = [];
-  console.log(`gateway pids: cache ${cached.child.pid}, no cache ${uncached.child.pid}, info log ${logged.child.pid}`);
+  console.log(`gateway pids: cache ${cached.child.pid}, no cache ${uncached.child.pid}, info log ${logged.child.pid}; load generator: ${LOADGEN}`);
+  const viaGatewayDas = `${cached.origin}/das/v3/${secret}`;
+  for (const limit of ASSET_LIMITS) {
+    // The streaming proxy answers what the DAS server answers; the gateway the same, ids aside.
+    if (selected(`getAssetsByGroup, limit ${limit}`)) await sameAnswer(`getAssetsByGroup limit ${limit}`, viaGatewayDas, streamProxyUrl, assetsBody(das.info.groupValue, limit));
+  }
 
-  for (const hydrated of [false, true]) {
-    if (!selected(`cache hit, hydrated=${hydrated}`)) continue;
-    const body = blockBody(hash, hydrated);
-    await sameAnswer(`cache hit hydrated=${hydrated}`, eth(cached), bareUrl, body, 'hit');
-    rows.push(...(await comparePair(`cache hit, hydrated=${hydrated}`, bareTarget('bare node:http, same bytes', body), gatewayTarget(cached, body))));
+  /** One full run: every selected scenario, in a fixed order; returns its rows and targets. */
+  async function runOnce(run: number): Promise<{ rows: Measured[]; checks: Check[] }> {
+    if (RUNS > 1) console.log(`run ${run} of ${RUNS}`);
+    const rows: Measured[] = [];
+    for (const hydrated of [false, true]) {
+      if (!selected(`cache hit, hydrated=${hydrated}`)) continue;
+      const body = blockBody(hash, hydrated);
+      await sameAnswer(`cache hit hydrated=${hydrated}`, eth(cached), bareUrl, body, 'hit');
+      rows.push(...(await comparePair(`cache hit, hydrated=${hydrated}`, bareTarget('bare node:http, same bytes', body), gatewayTarget(cached, body))));
+    }
+    if (selected(HEADERS_SCENARIO)) {
+      // Informational (no target): the same hit against a bare server that also sends the four
+      // response headers the contract requires, to show what they cost on their own.
+      const body = blockBody(hash, false);
+      const reference: Target = { name: 'bare node:http, same bytes and headers', url: `http://127.0.0.1:${bareWithHeaders.info.port}/`, body, pid: bareWithHeaders.child.pid };
+      rows.push(...(await comparePair(HEADERS_SCENARIO, reference, gatewayTarget(cached, body))));
+    }
+    if (selected(BATCH_SCENARIO)) {
+      const body = batchBody(hash);
+      await sameAnswer('batch', eth(cached), bareUrl, body);
+      rows.push(...(await comparePair(BATCH_SCENARIO, bareTarget(`bare node:http, ${BATCH_ITEMS}-item batch`, body), gatewayTarget(cached, body))));
+    }
+    for (const verification of VERIFICATIONS) {
+      // The cache is disabled in this process: every call goes to anvil and its answer is verified
+      // (with `full`, the non-hydrated call fetches the hydrated block to verify it).
+      if (!selected(missScenario(verification))) continue;
+      const body = blockBody(hash, false);
+      const path = `${uncached.origin}/${verificationNetwork(verification)}/v3/${secret}`;
+      await sameAnswer(`cache miss, verification ${verification}`, path, proxyUrl, body, 'miss');
+      const reference: Target = { name: 'node:http + undici Pool proxy', url: proxyUrl, body, pid: proxy.child.pid };
+      rows.push(...(await comparePair(missScenario(verification), reference, gatewayTarget(uncached, body, path))));
+    }
+    if (selected(HYDRATED_MISS_SCENARIO)) {
+      // With `full`, a non-hydrated miss asks anvil for the hydrated block, which anvil builds far
+      // more slowly than the hashes-only form; this row isolates the cost of verifying it.
+      const body = blockBody(hash, true);
+      await sameAnswer('cache miss, hydrated', eth(uncached), proxyUrl, body, 'miss');
+      const reference: Target = { name: 'node:http + undici Pool proxy', url: proxyUrl, body, pid: proxy.child.pid };
+      rows.push(...(await comparePair(HYDRATED_MISS_SCENARIO, reference, gatewayTarget(uncached, body))));
+    }
+    for (const limit of ASSET_LIMITS) {
+      // Against a streaming Node proxy in front of the same DAS server: the gateway validates every
+      // byte of the answer and charges the call; the proxy pipes the bytes.
+      if (!selected(assetsScenario(limit))) continue;
+      const body = assetsBody(das.info.groupValue, limit);
+      const reference: Target = { name: 'node:http + undici streaming proxy', url: streamProxyUrl, body, pid: streamProxy.child.pid };
+      rows.push(...(await comparePair(assetsScenario(limit), reference, gatewayTarget(cached, body, viaGatewayDas))));
+    }
+    if (redisGateway !== undefined) {
+      // Its reference is the SQLite-store gateway, measured again in interleaved rounds.
+      const body = blockBody(hash, false);
+      await sameAnswer('cache hit, Redis store', eth(redisGateway), bareUrl, body, 'hit');
+      const sqliteTarget: Target = { name: 'gateway, SQLite store', url: eth(cached), body, pid: cached.child.pid };
+      rows.push(...(await comparePair(REDIS_SCENARIO, sqliteTarget, gatewayTarget(redisGateway, body))));
+    }
+    if (flags.only !== undefined) return { rows, checks: [] };
+    {
+      // The cost of one log line per request: the first scenario again, at info. Its reference is
+      // that scenario's bare run (not measured again, to keep the run short).
+      const body = blockBody(hash, false);
+      await sameAnswer('cache hit at info', eth(logged), bareUrl, body, 'hit');
+      const reference = rows.find((row) => row.scenario === 'cache hit, hydrated=false' && row.reference === undefined);
+      rows.push(await measureAlone('cache hit, hydrated=false, log level info', gatewayTarget(logged, body), reference));
+    }
+    const gatewayRss = [cached, uncached, logged, ...(redisGateway === undefined ? [] : [redisGateway])].map((gateway) => rssBytes(gateway.child.pid) ?? 0);
+    return { rows, checks: targetChecks(rows, gatewayRss, redisGateway !== undefined) };
   }
-  if (selected(HEADERS_SCENARIO)) {
-    // Informational (no target): the same hit against a bare server that also sends the four
-    // response headers the contract requires, to show what they cost on their own.
-    const body = blockBody(hash, false);
-    const reference: Target = { name: 'bare node:http, same bytes and headers', url: `http://127.0.0.1:${bareWithHeaders.info.port}/`, body, pid: bareWithHeaders.child.pid };
-    rows.push(...(await comparePair(HEADERS_SCENARIO, reference, gatewayTarget(cached, body))));
+
+  const runs: Array<{ rows: Measured[]; checks: Check[] }> = [];
+  for (let run = 1; run <= RUNS; run++) runs.push(await runOnce(run));
+
+  // Redis commands and CPU per request on the Redis store, for docs/scaling.md: measured alone
+  // (nothing else talks to this Redis), once, after the runs.
+  const redisCosts: RedisCostRow[] = [];
+  if (redis !== undefined && redisGateway !== undefined && flags.only === undefined) {
+    const redisDas = `${redisGateway.origin}/das/v3/${secret}`;
+    const scenarios: Array<[string, string, string, number]> = [
+      ['cache hit (eth_getBlockByHash)', eth(redisGateway), blockBody(hash, false), 1],
+      [`batch of ${BATCH_ITEMS} cache hits (per call)`, eth(redisGateway), batchBody(hash), BATCH_ITEMS],
+      ['forwarded call (getAssetsByGroup, limit 1: reserve + settle)', redisDas, assetsBody(das.info.groupValue, 1), 1],
+    ];
+    process.stdout.write('  Redis cost per request:\n');
+    for (const [name, url, body, callsPerRequest] of scenarios) {
+      const target: Target = { name: 'gateway, Redis store', url, body, pid: redisGateway.child.pid };
+      await load(target, WARMUP_S);
+      const before = await redisSnapshot(redis.url);
+      const round = await load(target, Math.max(3, Math.min(DURATION_S, 10)));
+      const after = await redisSnapshot(redis.url);
+      const cost = redisCost(before, after, round.requests * callsPerRequest);
+      const gatewayCpuUs = round.cpu === undefined ? undefined : (round.cpu / (round.requests * callsPerRequest)) * 1e6;
+      redisCosts.push({ name, cost, gatewayCpuUs, callsPerSecond: (round.requests * callsPerRequest) / round.seconds, errors: round.errors });
+      process.stdout.write(`    ${name}: ${fmt(cost.totalPer1000, 0)} commands and ${fmt(cost.cpuMsPer1000, 1)} ms Redis CPU per 1,000 calls; gateway ${gatewayCpuUs === undefined ? '?' : fmt(gatewayCpuUs, 0)} µs/call\n`);
+    }
   }
-  if (selected(`batch of ${BATCH_ITEMS} cache hits`)) {
-    const body = batchBody(hash);
-    await sameAnswer('batch', eth(cached), bareUrl, body);
-    rows.push(...(await comparePair(`batch of ${BATCH_ITEMS} cache hits`, bareTarget(`bare node:http, ${BATCH_ITEMS}-item batch`, body), gatewayTarget(cached, body))));
-  }
-  for (const verification of VERIFICATIONS) {
-    // The cache is disabled in this process: every call goes to anvil and its answer is verified
-    // (with `full`, the non-hydrated call fetches the hydrated block to verify it).
-    if (!selected(missScenario(verification))) continue;
-    const body = blockBody(hash, false);
-    const path = `${uncached.origin}/${verificationNetwork(verification)}/v3/${secret}`;
-    await sameAnswer(`cache miss, verification ${verification}`, path, proxyUrl, body, 'miss');
-    const reference: Target = { name: 'node:http + undici Pool proxy', url: proxyUrl, body, pid: proxy.child.pid };
-    rows.push(...(await comparePair(missScenario(verification), reference, gatewayTarget(uncached, body, path))));
-  }
-  if (selected(HYDRATED_MISS_SCENARIO)) {
-    // With `full`, a non-hydrated miss asks anvil for the hydrated block, which anvil builds far
-    // more slowly than the hashes-only form; this row isolates the cost of verifying it.
-    const body = blockBody(hash, true);
-    await sameAnswer('cache miss, hydrated', eth(uncached), proxyUrl, body, 'miss');
-    const reference: Target = { name: 'node:http + undici Pool proxy', url: proxyUrl, body, pid: proxy.child.pid };
-    rows.push(...(await comparePair(HYDRATED_MISS_SCENARIO, reference, gatewayTarget(uncached, body))));
-  }
-  for (const limit of [100, 1000]) {
-    if (!selected(`getAssetsByGroup, limit ${limit}`)) continue;
-    const body = assetsBody(das.info.groupValue, limit);
-    const viaGateway = `${cached.origin}/das/v3/${secret}`;
-    await sameAnswer(`getAssetsByGroup limit ${limit}`, viaGateway, das.info.url, body);
-    const reference: Target = { name: 'sample DAS server, direct', url: das.info.url, body, pid: das.child.pid };
-    rows.push(...(await comparePair(`getAssetsByGroup, limit ${limit}`, reference, gatewayTarget(cached, body, viaGateway))));
-  }
-  if (redisGateway !== undefined) {
-    // Its reference is the SQLite-store gateway, measured again in interleaved rounds.
-    const body = blockBody(hash, false);
-    await sameAnswer('cache hit, Redis store', eth(redisGateway), bareUrl, body, 'hit');
-    const sqliteTarget: Target = { name: 'gateway, SQLite store', url: eth(cached), body, pid: cached.child.pid };
-    rows.push(...(await comparePair(REDIS_SCENARIO, sqliteTarget, gatewayTarget(redisGateway, body))));
-  }
-  const stopRedis = async () => {
-    await redisGateway?.stop();
-    if (redis !== undefined) await stopChild(redis.child);
-  };
-  if (flags.only !== undefined) {
-    await stopRedis();
-    console.log(`\n${rows.map((row) => `${row.scenario} | ${row.target} | ${Math.round(row.requestsPerSecond)} req/s | p99 ${ms(row.p99)} ms | ${row.cpuUsPerRequest === undefined ? '?' : Math.round(row.cpuUsPerRequest)} µs/req | RSS ${mib(row.rss ?? 0)} MiB`).join('\n')}`);
-    await Promise.all([cached.stop(), uncached.stop(), logged.stop(), stopChild(bare.child), stopChild(bareWithHeaders.child), stopChild(proxy.child), stopChild(das.child)]);
-    await anvil!.stop();
-    clearTimeout(watchdog);
-    return;
-  }
-  {
-    // The cost of one log line per request: the first scenario again, at info. Its reference is
-    // that scenario's bare run (not measured again, to keep the run short).
-    const body = blockBody(hash, false);
-    await sameAnswer('cache hit at info', eth(logged), bareUrl, body, 'hit');
-    const reference = rows.find((row) => row.scenario === 'cache hit, hydrated=false' && row.reference === undefined);
-    rows.push(await measureAlone('cache hit, hydrated=false, log level info', gatewayTarget(logged, body), reference));
-  }
+
+  await redisGateway?.stop();
+  if (redis !== undefined) await stopChild(redis.child);
   const logBytes = statSync(logged.logFile).size;
-  const gatewayRss = [cached, uncached, logged, ...(redisGateway === undefined ? [] : [redisGateway])].map((gateway) => rssBytes(gateway.child.pid) ?? 0);
-
-  // Targets.
-  const gatewayRow = (scenario: string): Measured => {
-    const row = rows.find((candidate) => candidate.scenario === scenario && candidate.reference !== undefined);
-    if (row === undefined) throw new Error(`no gateway row for ${scenario}`);
-    return row;
-  };
-  const checks: Check[] = [];
-  for (const hydrated of [false, true]) {
-    const row = gatewayRow(`cache hit, hydrated=${hydrated}`);
-    const r = ratios(row);
-    checks.push({ name: `cache hit hydrated=${hydrated}: req/s ≥ 0.8× bare`, measured: ratioText(r.rps, row.pairs?.rps), pass: (r.rps ?? 0) >= 0.8 && row.errors === 0 });
-    checks.push({
-      name: `cache hit hydrated=${hydrated}: p99 ≤ 1.5× bare`,
-      measured: `${ratioText(r.p99, row.pairs?.p99)}; over all rounds ${ms(row.p99)} vs ${ms(row.reference!.p99)} ms`,
-      pass: (r.p99 ?? Infinity) <= 1.5,
-    });
-  }
-  {
-    const row = gatewayRow(missScenario('full'));
-    const r = ratios(row);
-    checks.push({ name: 'cache miss, verification full: req/s ≥ 1.2× proxy', measured: ratioText(r.rps, row.pairs?.rps), pass: (r.rps ?? 0) >= 1.2 && row.errors === 0 });
-    const hydratedRow = gatewayRow(HYDRATED_MISS_SCENARIO);
-    const hydrated = ratios(hydratedRow);
-    checks.push({
-      name: 'cache miss, hydrated=true, verification full: req/s ≥ 1.2× proxy',
-      measured: ratioText(hydrated.rps, hydratedRow.pairs?.rps),
-      pass: (hydrated.rps ?? 0) >= 1.2 && hydratedRow.errors === 0,
-    });
-  }
-  if (redisGateway !== undefined) {
-    const row = gatewayRow(REDIS_SCENARIO);
-    const r = ratios(row);
-    checks.push({ name: 'cache hit with the Redis store: req/s ≥ 0.6× the SQLite store', measured: ratioText(r.rps, row.pairs?.rps), pass: (r.rps ?? 0) >= 0.6 && row.errors === 0 });
-  }
-  const maxRss = Math.max(...gatewayRss);
-  checks.push({
-    name: `gateway RSS after the run ≤ cache maxBytes + 150 MiB = ${(CACHE_MAX_BYTES + RSS_HEADROOM_BYTES) / MIB} MiB`,
-    measured: `${mib(maxRss)} MiB (largest of the gateway processes: ${gatewayRss.map(mib).join(', ')})`,
-    pass: maxRss > 0 && maxRss <= CACHE_MAX_BYTES + RSS_HEADROOM_BYTES,
-  });
-
-  await stopRedis();
-  await Promise.all([cached.stop(), uncached.stop(), logged.stop(), stopChild(bare.child), stopChild(bareWithHeaders.child), stopChild(proxy.child), stopChild(das.child)]);
+  await Promise.all([cached.stop(), uncached.stop(), logged.stop(), stopChild(bare.child), stopChild(bareWithHeaders.child), stopChild(proxy.child), stopChild(streamProxy.child), stopChild(das.child)]);
   await anvil!.stop();
   anvil = undefined;
+  clearTimeout(watchdog);
+
+  if (flags.only !== undefined) {
+    for (const [index, { rows }] of runs.entries()) {
+      if (RUNS > 1) console.log(`\nrun ${index + 1}`);
+      console.log(
+        `\n${rows.map((row) => `${row.scenario} | ${row.target} | ${Math.round(row.requestsPerSecond)} req/s | p99 ${ms(row.p99)} ms | ${row.cpuUsPerRequest === undefined ? '?' : Math.round(row.cpuUsPerRequest)} µs/req | RSS ${mib(row.rss ?? 0)} MiB (peak ${mib(row.peakRss)})`).join('\n')}`,
+      );
+    }
+    if (profileDir !== undefined) console.log(`CPU profiles in ${profileDir} (summarise: node --import tsx bench/profile-summary.ts <file>)`);
+    return;
+  }
 
   const facts = { data: `${data} The info-level run wrote ${mib(logBytes)} MiB of log lines.`, startedAt, elapsedS: (Date.now() - startedAt.getTime()) / 1000 };
-  const generated = report(rows, checks, facts);
+  const generated = report(runs, facts);
   console.log(`\n${generated}\n`);
-  writeDoc(generated);
-  console.log(`written to ${DOC}`);
+  writeDoc(DOC, generated, DOC_HEADER);
+  const scaling = scalingReport(runs[runs.length - 1]!.rows, redisCosts, facts);
+  writeDoc(SCALING_DOC, scaling, SCALING_HEADER);
+  console.log(`written to ${DOC} and ${SCALING_DOC}`);
   if (profileDir !== undefined) console.log(`CPU profiles in ${profileDir} (summarise: node --import tsx bench/profile-summary.ts <file>)`);
   else rmSync(workDir, { recursive: true, force: true });
-  clearTimeout(watchdog);
 }
 
 main().catch((error: unknown) => {

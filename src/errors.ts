@@ -12,6 +12,7 @@ export const ERROR_REGISTRY = {
   TG_ERR_METHOD_NOT_FOUND: { rpcCode: -32601, httpStatus: 200, message: 'the method does not exist/is not available' },
   TG_ERR_INVALID_PARAMS: { rpcCode: -32602, httpStatus: 200, message: 'Invalid params' },
   TG_ERR_DAS_VALIDATION: { rpcCode: -32000, httpStatus: 200, message: 'DAS validation error' },
+  TG_ERR_FILTER_NOT_FOUND: { rpcCode: -32000, httpStatus: 200, message: 'filter not found' },
   TG_ERR_NOT_FOUND: { rpcCode: -32600, httpStatus: 404, message: 'not found' },
   TG_ERR_HTTP_METHOD: { rpcCode: -32600, httpStatus: 405, message: 'only POST is supported' },
   TG_ERR_MEDIA_TYPE: { rpcCode: -32600, httpStatus: 415, message: 'Content-Type must be application/json' },

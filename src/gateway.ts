@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { GatewayConfig } from './config/schema.js';
@@ -9,6 +10,7 @@ import { collectConfigSecrets } from './config/secrets.js';
 import { createLogger, logScrubber, type Logger } from './logging/logger.js';
 import { createMeter } from './metering/meter.js';
 import { createRequestRecorder } from './metrics/record.js';
+import { createFilterIds } from './routing/filter-ids.js';
 import { createMetrics } from './metrics/metrics.js';
 import { createScrape } from './metrics/scrape.js';
 import { createThrottle } from './logging/throttle.js';
@@ -62,6 +64,8 @@ const STORE_ERROR_LOG_INTERVAL_MS = 5_000;
 const WAL_CHECKPOINT_INTERVAL_MS = 250;
 /** Largest message accepted from an upstream's WebSocket (a back-filled block or a burst of logs fits easily). */
 const UPSTREAM_WS_MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
+/** Name of the filter ids' HMAC key in the store, when `filters.idSecret` is not configured. */
+const FILTER_ID_SECRET = 'filter-ids';
 
 function listen(server: Server, port: number, host: string): Promise<AddressInfo> {
   return new Promise((resolve, reject) => {
@@ -128,9 +132,12 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
       ? createBlockCache({ maxBytes: config.cache.maxBytes, onEvict: () => metrics.cacheEvictions.inc() })
       : createDisabledBlockCache();
 
+  // Filter ids are checked with one secret on every replica (docs/routing.md#filters).
+  const filterIds = createFilterIds(config.filters.idSecret ?? (await store.sharedSecret(FILTER_ID_SECRET, randomBytes(32).toString('hex'))));
   const buildNetworks = (source: GatewayConfig): NetworkSet =>
     buildNetworkSet(source, {
       now,
+      filterIds,
       observe: {
         attempt(network, upstream, outcome) {
           const label = outcome.kind === 'failure' ? outcome.reason : outcome.kind === 'result' ? 'result' : 'rpc_error';

@@ -52,6 +52,25 @@ describe('result bytes pass through', () => {
     expect(response.text).toBe(`{"jsonrpc":"2.0","id":"client-id","result":${resultText}}`);
   });
 
+  it('passes a result of megabytes verbatim with the right Content-Length (written as head, result bytes and tail, not copied)', async () => {
+    // Past the 64 KiB above which the response writes the result's own bytes between the head and
+    // the tail (envelope.ts replyBody), with multi-byte characters on both sides of chunk boundaries.
+    const items = Array.from({ length: 6000 }, (_, index) => `{"id":"asset-${index}","name":"caf\u00e9 🦀 ${index}","ok":${index % 2 === 0}}`);
+    const resultText = `{"total":6000,"limit":6000,"items":[${items.join(',')}]}`;
+    expect(Buffer.byteLength(resultText)).toBeGreaterThan(300_000);
+    upstream.setBehaviour(answerRaw((id) => `{"jsonrpc":"2.0","id":${id},"result":${resultText}}`));
+    for (let round = 0; round < 3; round += 1) {
+      // Only `main` serves this network: a hedged call to `backup` cannot answer first.
+      const call = { jsonrpc: '2.0', id: 'client-id', method: 'eth_blockNumber', params: [] };
+      const response = await fetch(tg.url('evm-main'), { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(call) });
+      const text = await response.text();
+      expect(response.status).toBe(200);
+      expect(text).toBe(`{"jsonrpc":"2.0","id":"client-id","result":${resultText}}`);
+      expect(Number(response.headers.get('content-length'))).toBe(Buffer.byteLength(text));
+      expect(response.headers.get('x-credits-cost')).toBe('10');
+    }
+  });
+
   it('treats a body that is not one well-formed object, or a broken bare result, as an upstream failure', async () => {
     for (const body of [
       (id: number) => `{"jsonrpc":"2.0","id":${id},"result":{"total":1,"items":[}`,

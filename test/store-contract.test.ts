@@ -120,6 +120,20 @@ function canonical(snapshot: StoreSnapshot): StoreSnapshot {
 // The contract, per driver
 
 describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (driver) => {
+  describe('shared secrets', () => {
+    it('the first candidate stored under a name wins, for every handle on the same data; names are separate', async () => {
+      const { store, another } = await freshBacking(driver);
+      expect(await store.sharedSecret('filter-ids', 'first')).toBe('first');
+      const replica = await another();
+      expect(await replica.sharedSecret('filter-ids', 'second')).toBe('first');
+      expect(await store.sharedSecret('filter-ids', 'third')).toBe('first');
+      expect(await replica.sharedSecret('other', 'own')).toBe('own');
+      // Concurrent first writers under a new name still agree on one value.
+      const raced = await Promise.all([store.sharedSecret('raced', 'a'), replica.sharedSecret('raced', 'b')]);
+      expect(raced[0]).toBe(raced[1]);
+    });
+  });
+
   describe('teams', () => {
     it('creates a team and finds it by id and by name; lists teams', async () => {
       const { store } = await freshBacking(driver);

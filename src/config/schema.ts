@@ -139,6 +139,12 @@ const networkSchema = z.strictObject({
   hedge: hedgeSchema.prefault({}),
   /** Subscriptions over the WebSocket endpoint (`eth_subscribe`, docs/websocket.md); EVM networks. */
   subscriptions: subscriptionsSchema.prefault({}),
+  /**
+   * `eth_sendRawTransaction` goes to every available upstream at once and is answered with the
+   * first success (errors only when none succeeds). Default: one upstream at a time, the next
+   * only after an attempt failed (docs/routing.md#transactions).
+   */
+  broadcast: z.boolean().default(false),
 });
 
 const sqliteStoreSchema = z.strictObject({
@@ -256,6 +262,16 @@ export const configSchema = z
          * route answers 401; /healthz and /readyz stay open for probes.
          */
         token: z.string().min(16, 'use at least 16 characters').optional(),
+      })
+      .prefault({}),
+    filters: z
+      .strictObject({
+        /**
+         * Key of the HMAC that binds filter ids to their upstream and API key; every replica must
+         * have the same (use `${ENV}`). Unset: one is generated once and kept in the store, so
+         * replicas sharing a store agree (docs/routing.md#filters).
+         */
+        idSecret: z.string().min(32, 'use at least 32 characters').optional(),
       })
       .prefault({}),
     networks: z.array(networkSchema).min(1),

@@ -2,7 +2,7 @@ import type { GatewayConfig } from './schema.js';
 
 /**
  * The secret strings a config carries (credentials and query values of upstream URLs, header
- * values), so the logger can scrub them from any message that happens to quote them.
+ * values, the filter ids' HMAC key), so the logger can scrub them from any message that happens to quote them.
  */
 export function collectConfigSecrets(config: GatewayConfig): string[] {
   const secrets = new Set<string>();
@@ -12,6 +12,7 @@ export function collectConfigSecrets(config: GatewayConfig): string[] {
       for (const value of Object.values(upstream.headers)) secrets.add(value);
     }
   }
+  if (config.filters.idSecret !== undefined) secrets.add(config.filters.idSecret);
   return [...secrets].filter((secret) => secret.length >= 8);
 }
 

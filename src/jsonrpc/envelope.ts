@@ -178,6 +178,22 @@ export function serialiseReply(reply: Reply): Buffer {
   return body;
 }
 
+/**
+ * Results at least this large are not copied into the body: the body is the head, the result's
+ * own bytes and the closing brace, which the response writes as one `writev`. Copying a 1.6 MB
+ * `getAssetsByGroup` page cost a fresh 1.6 MB allocation per answer (page faults, and GC work
+ * for the external memory); below this size one copy is cheaper than a gathered write.
+ */
+const SPLICE_MIN_BYTES = 64 * 1024;
+
+/** The body of a single (non-batch) response: one buffer, or for a large result the parts to write in order. */
+export function replyBody(reply: Reply): Buffer | Buffer[] {
+  if ('result' in reply && typeof reply.result !== 'string' && reply.result.length >= SPLICE_MIN_BYTES) {
+    return [Buffer.from(`{"jsonrpc":"2.0","id":${reply.id},"result":`), reply.result, RESULT_SUFFIX];
+  }
+  return serialiseReply(reply);
+}
+
 const BATCH_OPEN = Buffer.from('[');
 const BATCH_SEPARATOR = Buffer.from(',');
 const BATCH_CLOSE = Buffer.from(']');

@@ -1,7 +1,10 @@
+import { randomBytes } from 'node:crypto';
 import type { NetworkConfig } from '../config/schema.js';
-import { GatewayError, type JsonRpcErrorObject } from '../errors.js';
 import { resultCheckOf, upstreamParams, type PreparedCall } from '../methods/registry.js';
+import { failed, forwardOutcomeOf, type ForwardOutcome } from './call-outcome.js';
 import { clockFrom, type Clock } from './clock.js';
+import { createFilterCalls } from './filter-calls.js';
+import { createFilterIds, type FilterIds } from './filter-ids.js';
 import { startHealthProber, type HealthProber } from './health-prober.js';
 import { circuitBreakerPolicy } from './policies/circuit-breaker.js';
 import { failoverPolicy } from './policies/failover.js';
@@ -11,6 +14,7 @@ import { resultCheckPolicy } from './policies/result-check.js';
 import { timeoutPolicy } from './policies/timeout.js';
 import { attemptEachCandidate, chain, type Attempt, type AttemptFn, type AttemptPolicy, type CallPolicy, type Execution } from './policies/types.js';
 import { createSelector, type Selector } from './selection.js';
+import { createTransactionCalls } from './transactions.js';
 import { Upstream, type AttemptOutcome, type RoutedUpstream } from './upstream.js';
 
 /**
@@ -22,15 +26,16 @@ import { Upstream, type AttemptOutcome, type RoutedUpstream } from './upstream.j
  * keeps what the selector reads fresh. When every attempt fails the caller gets a `-32603` with
  * the attempts, and its status class tells the HTTP status: 503 if no upstream could be tried at
  * all, 504 if the deadline ran out or every attempt timed out, otherwise 502.
+ * Stateful methods take their own routes over the same attempt chain: filter calls pinned to the
+ * upstream that created the filter (filter-calls.ts), transaction sends (transactions.ts).
  */
 
-export type { Attempt };
+export type { Attempt, ForwardOutcome };
 
-export type ForwardOutcome =
-  /** `resultBytes`: the result JSON as the upstream sent it; `result`: parsed, for checked methods only. */
-  | { kind: 'result'; resultBytes: Buffer; result?: unknown; upstream: string; attempts: Attempt[] }
-  | { kind: 'rpc-error'; error: JsonRpcErrorObject; upstream: string; attempts: Attempt[] }
-  | { kind: 'failed'; error: GatewayError; attempts: Attempt[] };
+/** Who makes a call: filter ids are bound to the API key. */
+export interface Caller {
+  keyId: string;
+}
 
 export interface ForwarderObserver {
   /** Every attempt made against an upstream (probes excluded). */
@@ -43,7 +48,7 @@ export interface ForwarderObserver {
 export interface Forwarder {
   readonly upstreams: readonly Upstream[];
   readonly selector: Selector;
-  forward(call: PreparedCall, deadline: number): Promise<ForwardOutcome>;
+  forward(call: PreparedCall, deadline: number, caller?: Caller): Promise<ForwardOutcome>;
   /** True while at least one upstream's circuit is closed (used by readiness). */
   hasHealthyUpstream(): boolean;
   /** Probes every upstream now (also runs on the configured interval). */
@@ -64,7 +69,13 @@ export interface ForwarderOptions {
   now?: () => number;
   clock?: Clock;
   random?: () => number;
+  /** The filter ids' codec (its secret shared by every replica); without it, a random secret of this process. */
+  filterIds?: FilterIds;
 }
+
+/** Calls made without a caller (internal ones) share one scope. */
+const NO_CALLER: Caller = { keyId: '' };
+let processFilterIds: FilterIds | undefined;
 
 export function createForwarder(network: NetworkConfig, options: ForwarderOptions = {}): Forwarder {
   const clock = options.clock ?? clockFrom(options.now ?? Date.now);
@@ -112,6 +123,17 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     failoverPolicy(clock),
   )(attemptEachCandidate(attempt));
 
+  const statefulDeps = {
+    network,
+    upstreams,
+    selector,
+    attempt,
+    clock,
+    executionFor: (prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[]) => createExecution(prepared, deadline, candidates, byId),
+  };
+  const filters = createFilterCalls(statefulDeps, options.filterIds ?? (processFilterIds ??= createFilterIds(randomBytes(32).toString('hex'))));
+  const transactions = createTransactionCalls(statefulDeps);
+
   const probeTimeout = timeoutPolicy(clock);
   const prober: HealthProber | undefined = probing
     ? startHealthProber(
@@ -142,22 +164,16 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
       prober?.stop();
       await Promise.all(upstreams.map((upstream) => upstream.close()));
     },
-    async forward(prepared, deadline) {
+    async forward(prepared, deadline, caller = NO_CALLER) {
+      const routed = filters.route(prepared, deadline, caller.keyId) ?? transactions.route(prepared, deadline);
+      if (routed !== undefined) return routed;
       const candidates = selector.order();
       if (candidates.length === 0) {
         return failed('TG_ERR_NO_HEALTHY_UPSTREAM', upstreams.map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
       }
       const execution = createExecution(prepared, deadline, candidates, byId);
       const outcome = await call(execution, new AbortController().signal);
-      const { attempts } = execution;
-      if (outcome.kind === 'result') return { ...outcome, attempts };
-      if (outcome.kind === 'rpc-error') return { ...outcome, attempts };
-      if (attempts.length === 0) {
-        if (clock.now() >= deadline) return failed('TG_ERR_UPSTREAMS_TIMED_OUT', attempts);
-        return failed('TG_ERR_NO_HEALTHY_UPSTREAM', candidates.map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
-      }
-      const timedOut = clock.now() >= deadline || attempts.every((attempt) => attempt.reason === 'timeout');
-      return failed(timedOut ? 'TG_ERR_UPSTREAMS_TIMED_OUT' : 'TG_ERR_UPSTREAMS_FAILED', attempts);
+      return forwardOutcomeOf(outcome, execution, candidates, clock.now());
     },
   };
 }
@@ -191,8 +207,4 @@ function probeExecution(method: string, deadline: number): Execution {
     peekCandidate: () => undefined,
     othersThan: () => [],
   };
-}
-
-function failed(code: 'TG_ERR_NO_HEALTHY_UPSTREAM' | 'TG_ERR_UPSTREAMS_FAILED' | 'TG_ERR_UPSTREAMS_TIMED_OUT', attempts: Attempt[]): ForwardOutcome {
-  return { kind: 'failed', error: new GatewayError(code, undefined, { attempts }), attempts };
 }

@@ -131,8 +131,9 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   const storeUnavailable = (id: IdText): Reply => errorReply(id, new GatewayError('TG_ERR_STORE_UNAVAILABLE'));
   const none = (reply: Reply): PendingReply => ({ ledger: 'none', reply });
 
-  async function forward(call: PreparedCall, network: NetworkRuntime, deadline: number): Promise<Answer> {
-    if (call.kind !== 'block') return serialised(await network.forwarder.forward(call, deadline));
+  async function forward(call: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string): Promise<Answer> {
+    // The key makes the call: filter ids are bound to it.
+    if (call.kind !== 'block') return serialised(await network.forwarder.forward(call, deadline, { keyId }));
     const { hash, hydrated } = call.query;
     // Keyed by the form fetched upstream: with `verification: full` a hydrated and a non-hydrated
     // miss of one block share one upstream call.
@@ -212,7 +213,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     }
     let outcome: Answer;
     try {
-      outcome = await forward(call, network, deadline);
+      outcome = await forward(call, network, deadline, subject.keyId);
     } catch (error) {
       // A bug on the way upstream (params no serialiser can take, say): this call alone fails, its credits go back.
       if (reserved !== undefined) await refund(reservationId, subject, ctx);

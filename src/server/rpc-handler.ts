@@ -3,7 +3,7 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import { ERROR_REGISTRY, GatewayError, toHttpStatus, type GatewayErrorCode } from '../errors.js';
-import { errorReply, NULL_ID, parseBody, serialiseBatch, serialiseReply, type EnvelopeLimits } from '../jsonrpc/envelope.js';
+import { errorReply, NULL_ID, parseBody, replyBody, serialiseBatch, serialiseReply, type EnvelopeLimits } from '../jsonrpc/envelope.js';
 import { checkNetworkAllowed, type Authenticator } from '../auth/authenticator.js';
 import type { GatewayConfig } from '../config/schema.js';
 import { bounded, logScrubber, pathForLog, type Logger } from '../logging/logger.js';
@@ -175,7 +175,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
    * object, building and reshaping it cost ~5% of a cache hit's instructions (docs/benchmarks.md).
    * A response whose client is gone is not written: the request is logged as 499.
    */
-  function send(res: ServerResponse, ctx: RequestContext, status: number, body: Buffer | undefined, headers: string[] = []): void {
+  function send(res: ServerResponse, ctx: RequestContext, status: number, body: Buffer | readonly Buffer[] | undefined, headers: string[] = []): void {
     // Answered already: a client error on its connection answered it through its response
     // (answerThrough) while this handler was still waiting (for a key lookup, say).
     if (ctx.responding) return;
@@ -186,10 +186,16 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     }
     ctx.httpStatus = status;
     headers.push('x-request-id', ctx.requestId);
-    if (body !== undefined) headers.push('content-type', 'application/json', 'content-length', String(body.length));
+    const length = body === undefined || !Array.isArray(body) ? body?.length : body.reduce((sum: number, part: Buffer) => sum + part.length, 0);
+    if (length !== undefined) headers.push('content-type', 'application/json', 'content-length', String(length));
     if (deps.draining()) headers.push('connection', 'close');
     res.writeHead(status, headers);
-    res.end(body);
+    if (!Array.isArray(body)) return void res.end(body);
+    // A large result's parts (replyBody): gathered by the corked socket into one writev, not copied.
+    res.cork();
+    for (let index = 0; index < body.length - 1; index += 1) res.write(body[index]);
+    res.end(body[body.length - 1]);
+    res.uncork();
   }
 
   function reject(res: ServerResponse, ctx: RequestContext, error: GatewayError): void {
@@ -295,7 +301,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
         responseHeaders.push(...headerList(reply.gatewayError.headers));
       }
       if (ctx.cache !== undefined) responseHeaders.push('x-cache', ctx.cache);
-      return send(res, ctx, status, serialiseReply(reply), responseHeaders);
+      return send(res, ctx, status, replyBody(reply), responseHeaders);
     }
 
     const answered = await deps.calls.answerBatch(parsed.items, network, auth, ctx, deadline);

@@ -1,4 +1,4 @@
-import type { KeyDirectory, Ledger, Store, StoreSnapshot, UsageReports } from './types.js';
+import type { KeyDirectory, Ledger, SharedSecrets, Store, StoreSnapshot, UsageReports } from './types.js';
 
 /** What a driver builds; {@link composeStore} makes the one {@link Store} of them. */
 export interface StoreParts {
@@ -8,6 +8,7 @@ export interface StoreParts {
     exportEntries(): Pick<StoreSnapshot, 'teams' | 'keys'> | Promise<Pick<StoreSnapshot, 'teams' | 'keys'>>;
   };
   usage: UsageReports['usage'];
+  sharedSecret: SharedSecrets['sharedSecret'];
   /** Writes a snapshot's teams, keys and usage, all or nothing. */
   importSnapshot(snapshot: StoreSnapshot): Promise<void>;
   ping(): Promise<void>;
@@ -26,6 +27,7 @@ export function composeStore(parts: StoreParts): Store {
       return { ...(await directory.exportEntries()), day, usage: await usage({ fromDay: day, toDay: day }) };
     },
     importSnapshot: parts.importSnapshot,
+    sharedSecret: parts.sharedSecret,
     ping: parts.ping,
     close: parts.close,
   };

@@ -27,6 +27,7 @@ export type {
   TeamPatch,
   KeyPatch,
   StoreSnapshot,
+  SharedSecrets,
 } from './types.js';
 export { StoreConflictError } from './types.js';
 

@@ -13,6 +13,7 @@
  *   owner:<tag>                a process's heartbeat (expires when it stops beating)
  *   team:<id>, team-name:<name>, teams, key:<id>, keys, team-keys:<teamId>,
  *   secret:<hash> {keyId, validUntil}, key-secrets:<keyId>   the key directory
+ *   shared-secret:<name>       a value all replicas agree on (the filter ids' HMAC key)
  * Invariant: used:team = Σ usage:c + Σ reserved costs, per team and day.
  */
 

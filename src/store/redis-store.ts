@@ -98,6 +98,13 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
     ledger,
     directory,
     usage,
+    async sharedSecret(name, candidate) {
+      // NX: the first replica to start stores its candidate; every other one reads it back.
+      await redis.set(`${p}shared-secret:${name}`, candidate, 'NX');
+      const value = await redis.get(`${p}shared-secret:${name}`);
+      if (value === null) throw new Error(`shared secret ${name} vanished from Redis`);
+      return value;
+    },
     async importSnapshot(snapshot: StoreSnapshot) {
       const multi = redis.multi();
       await directory.importEntries(snapshot, multi);

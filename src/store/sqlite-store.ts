@@ -17,6 +17,10 @@ import type { Store, StoreSnapshot, UsageQuery, UsageRow } from './types.js';
  */
 
 const SCHEMA = `
+CREATE TABLE IF NOT EXISTS shared_secrets (
+  name TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS teams (
   id TEXT PRIMARY KEY,
   name TEXT NOT NULL UNIQUE,
@@ -163,10 +167,17 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
     }));
   }
 
+  const storeSecret = db.prepare<[string, string]>('INSERT OR IGNORE INTO shared_secrets (name, value) VALUES (?, ?)');
+  const readSecret = db.prepare<[string], { value: string }>('SELECT value FROM shared_secrets WHERE name = ?');
+
   return composeStore({
     ledger,
     directory,
     usage,
+    async sharedSecret(name, candidate) {
+      storeSecret.run(name, candidate);
+      return readSecret.get(name)!.value;
+    },
     async importSnapshot(snapshot) {
       importAll(snapshot);
     },

@@ -96,6 +96,15 @@ export interface UsageReports {
   usage(query: UsageQuery): Promise<UsageRow[]>;
 }
 
+/**
+ * Values every replica sharing the store must agree on without an operator typing them in: the
+ * key of the filter ids' HMAC when `filters.idSecret` is not configured (docs/routing.md).
+ */
+export interface SharedSecrets {
+  /** The value stored under `name`; when there is none, `candidate` is stored and returned (the first writer wins). */
+  sharedSecret(name: string, candidate: string): Promise<string>;
+}
+
 /** What `tollgate migrate` copies from one store to another. */
 export interface Snapshots {
   /** Teams, keys with their secret hashes, and one day's usage. */
@@ -108,7 +117,7 @@ export interface Snapshots {
  * A store driver: the hot {@link Ledger}, the {@link KeyDirectory}, usage reports and snapshots.
  * Callers take the narrowest of these they need.
  */
-export interface Store extends Ledger, KeyDirectory, UsageReports, Snapshots {
+export interface Store extends Ledger, KeyDirectory, UsageReports, Snapshots, SharedSecrets {
   /** Resolves if the store answers (readiness); rejects otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;

@@ -1,0 +1,69 @@
+// What the Redis store costs Redis, for capacity planning (docs/scaling.md): the commands Redis
+// ran and the CPU it used while one gateway served a known number of requests, read from
+// `INFO commandstats` and `INFO cpu` before and after (Redis counts every command it executes,
+// scripts' inner calls included, and its own user + system CPU time).
+
+import { Redis } from 'ioredis';
+
+export interface RedisSnapshot {
+  /** Calls per command (`evalsha`, `get`, ...), as `INFO commandstats` counts them. */
+  calls: Map<string, number>;
+  /** Redis's user + system CPU seconds (main thread and children). */
+  cpuSeconds: number;
+}
+
+export interface RedisCost {
+  /** Commands per 1,000 requests, by command, largest first. */
+  commandsPer1000: Array<[command: string, per1000: number]>;
+  totalPer1000: number;
+  /** Redis CPU milliseconds per 1,000 requests. */
+  cpuMsPer1000: number;
+}
+
+function parseInfo(text: string): Map<string, string> {
+  const fields = new Map<string, string>();
+  for (const line of text.split('\r\n')) {
+    const colon = line.indexOf(':');
+    if (colon > 0 && !line.startsWith('#')) fields.set(line.slice(0, colon), line.slice(colon + 1));
+  }
+  return fields;
+}
+
+export async function redisSnapshot(url: string): Promise<RedisSnapshot> {
+  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  try {
+    await client.connect();
+    const stats = parseInfo(await client.info('commandstats'));
+    const cpu = parseInfo(await client.info('cpu'));
+    const calls = new Map<string, number>();
+    for (const [name, value] of stats) {
+      // cmdstat_evalsha:calls=12,usec=345,usec_per_call=28.75,...
+      const match = /(?:^|,)calls=(\d+)/.exec(value);
+      if (name.startsWith('cmdstat_') && match !== null) calls.set(name.slice('cmdstat_'.length), Number(match[1]));
+    }
+    const cpuSeconds = ['used_cpu_sys', 'used_cpu_user', 'used_cpu_sys_children', 'used_cpu_user_children'].reduce((sum, field) => sum + Number(cpu.get(field) ?? 0), 0);
+    return { calls, cpuSeconds };
+  } finally {
+    client.disconnect();
+  }
+}
+
+/**
+ * The difference of two snapshots per 1,000 requests. The commands of the snapshots themselves
+ * (`info`, and the client's handshake) are left out.
+ */
+export function redisCost(before: RedisSnapshot, after: RedisSnapshot, requests: number): RedisCost {
+  const ignored = new Set(['info', 'client|setinfo', 'client|setname', 'hello', 'command', 'command|docs', 'select', 'ping']);
+  const per1000: Array<[string, number]> = [];
+  for (const [command, calls] of after.calls) {
+    if (ignored.has(command)) continue;
+    const delta = calls - (before.calls.get(command) ?? 0);
+    if (delta > 0) per1000.push([command, (1000 * delta) / requests]);
+  }
+  per1000.sort((a, b) => b[1] - a[1]);
+  return {
+    commandsPer1000: per1000,
+    totalPer1000: per1000.reduce((sum, [, value]) => sum + value, 0),
+    cpuMsPer1000: (1000 * 1000 * (after.cpuSeconds - before.cpuSeconds)) / requests,
+  };
+}

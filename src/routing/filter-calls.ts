@@ -1,0 +1,89 @@
+import { GatewayError } from '../errors.js';
+import { upstreamParams, type PreparedCall } from '../methods/registry.js';
+import { failed, forwardOutcomeOf, rejected, type ForwardOutcome } from './call-outcome.js';
+import type { FilterIds, FilterScope } from './filter-ids.js';
+import { failoverPolicy } from './policies/failover.js';
+import { attemptEachCandidate, type AttemptPolicy } from './policies/types.js';
+import type { StatefulRouteDeps } from './stateful-deps.js';
+
+/**
+ * Filters live on the node that created them (DESIGN §1.3 "Stateful methods"):
+ * - `eth_newFilter`, `eth_newBlockFilter`, `eth_newPendingTransactionFilter` are tried on the
+ *   candidates in order, with failover but never hedged (a hedge would leave a second filter
+ *   behind on another node); the upstream's filter id is handed out wrapped in a
+ *   {@link FilterIds} id bound to the key and naming that upstream;
+ * - `eth_getFilterChanges`, `eth_getFilterLogs`, `eth_uninstallFilter` unwrap it and make one
+ *   attempt on exactly that upstream: no hedge, no failover (another node does not know the
+ *   filter). An id that is not this key's, altered, malformed, or names an upstream no longer in
+ *   the network's config is `-32000 filter not found` without any upstream call (uncharged).
+ */
+
+export const FILTER_CREATING_METHODS: ReadonlySet<string> = new Set(['eth_newFilter', 'eth_newBlockFilter', 'eth_newPendingTransactionFilter']);
+export const FILTER_PINNED_METHODS: ReadonlySet<string> = new Set(['eth_getFilterChanges', 'eth_getFilterLogs', 'eth_uninstallFilter']);
+
+/** Reason of a creation attempt whose result is not a filter id the gateway can carry. */
+export const INVALID_FILTER_ID = 'invalid_filter_id';
+
+export interface FilterCalls {
+  /** The outcome of a filter call, or undefined for any other method. */
+  route(prepared: PreparedCall, deadline: number, keyId: string): Promise<ForwardOutcome> | undefined;
+}
+
+export function createFilterCalls(deps: StatefulRouteDeps, filterIds: FilterIds): FilterCalls {
+  const { clock, upstreams } = deps;
+  const byId = new Map(upstreams.map((upstream) => [upstream.id, upstream]));
+
+  /** Wraps an upstream's filter id into the client's id; an answer that is not a filter id is an upstream fault. */
+  const wrapping =
+    (scope: FilterScope): AttemptPolicy =>
+    (next) =>
+    async (upstream, execution, signal) => {
+      const outcome = await next(upstream, execution, signal);
+      if (outcome.kind !== 'result') return outcome;
+      const own = parseString(outcome.resultBytes);
+      const id = own === undefined ? undefined : filterIds.encode(scope, byId.get(upstream.id)!, own);
+      if (id === undefined) return { kind: 'failure', reason: INVALID_FILTER_ID, timedOut: false, durationMs: outcome.durationMs };
+      return { kind: 'result', resultBytes: Buffer.from(JSON.stringify(id)), durationMs: outcome.durationMs };
+    };
+
+  async function create(prepared: PreparedCall, deadline: number, scope: FilterScope): Promise<ForwardOutcome> {
+    const candidates = deps.selector.order();
+    if (candidates.length === 0) return failed('TG_ERR_NO_HEALTHY_UPSTREAM', upstreams.map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
+    const execution = deps.executionFor(prepared, deadline, candidates);
+    const call = failoverPolicy(clock)(attemptEachCandidate(wrapping(scope)(deps.attempt)));
+    return forwardOutcomeOf(await call(execution, new AbortController().signal), execution, candidates, clock.now());
+  }
+
+  async function pinned(prepared: PreparedCall, deadline: number, scope: FilterScope): Promise<ForwardOutcome> {
+    const params = upstreamParams(prepared, upstreams[0]!.config);
+    if (!Array.isArray(params) || typeof params[0] !== 'string') {
+      return rejected(new GatewayError('TG_ERR_INVALID_PARAMS', 'invalid argument 0: expected a filter id (a hex string)'));
+    }
+    const pin = filterIds.decode(scope, params[0], upstreams);
+    if (pin === undefined) return rejected(new GatewayError('TG_ERR_FILTER_NOT_FOUND'));
+    const base = deps.executionFor(prepared, deadline, [pin.upstream]);
+    const execution = { ...base, paramsFor: () => [pin.upstreamFilterId, ...params.slice(1)] };
+    const outcome = await attemptEachCandidate(deps.attempt)(execution, new AbortController().signal);
+    return forwardOutcomeOf(outcome, execution, [pin.upstream], clock.now());
+  }
+
+  return {
+    route(prepared, deadline, keyId) {
+      const scope = { network: deps.network.id, keyId };
+      if (FILTER_CREATING_METHODS.has(prepared.method)) return create(prepared, deadline, scope);
+      if (FILTER_PINNED_METHODS.has(prepared.method)) return pinned(prepared, deadline, scope);
+      return undefined;
+    },
+  };
+}
+
+function parseString(bytes: Buffer): string | undefined {
+  // A filter id is a short JSON string; anything else (an object, a huge answer) is not one.
+  if (bytes.length > 600 || bytes[0] !== 0x22 /* " */) return undefined;
+  try {
+    const value: unknown = JSON.parse(bytes.toString('utf8'));
+    return typeof value === 'string' ? value : undefined;
+  } catch {
+    return undefined;
+  }
+}
