@@ -7,15 +7,17 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
+import { WebSocket } from '../src/websocket/ws-library.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { CLI, ROOT, ensureBuilt } from './helpers/build.js';
 
-const DEVNET_KEYS = ['evmUrl', 'assetUrl', 'apiKey', 'evmUpstreamUrl', 'assetUpstreamUrl', 'collections'];
+const DEVNET_KEYS = ['evmUrl', 'evmWsUrl', 'assetUrl', 'apiKey', 'evmUpstreamUrl', 'assetUpstreamUrl', 'collections'];
 const READY_TIMEOUT_MS = 30_000;
 const EXIT_TIMEOUT_MS = 10_000;
 
 interface DevnetInfo {
   evmUrl: string;
+  evmWsUrl: string;
   assetUrl: string;
   apiKey: string;
   evmUpstreamUrl: string;
@@ -151,6 +153,17 @@ async function exerciseDevnet(info: DevnetInfo): Promise<void> {
   }
   const direct = await call(info.assetUpstreamUrl, 'getAssetsByGroup', params, 'das');
   expect(assets.body).toEqual(direct.body);
+
+  // The WebSocket URL it prints serves requests and subscriptions.
+  const socket = new WebSocket(info.evmWsUrl);
+  const replies: any[] = [];
+  socket.on('message', (data: Buffer) => replies.push(JSON.parse(data.toString('utf8'))));
+  await new Promise((resolve, reject) => socket.once('open', resolve).once('error', reject));
+  socket.send(JSON.stringify([{ jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params: [hash, false] }, { jsonrpc: '2.0', id: 2, method: 'eth_subscribe', params: ['newHeads'] }]));
+  await withTimeout(new Promise((resolve) => socket.once('message', resolve)), 5_000, 'the WebSocket answer');
+  expect(replies[0][0]).toEqual({ jsonrpc: '2.0', id: 1, result: latest.body.result });
+  expect(replies[0][1].result).toMatch(/^0x[0-9a-f]{32}$/);
+  socket.close();
 }
 
 function assertDevnetLine(info: DevnetInfo): void {
@@ -161,6 +174,7 @@ function assertDevnetLine(info: DevnetInfo): void {
   }
   expect(info.apiKey.length).toBeGreaterThanOrEqual(20);
   expect(info.evmUrl.endsWith(`/v3/${info.apiKey}`)).toBe(true);
+  expect(info.evmWsUrl).toBe(`${info.evmUrl.replace(/^http/, 'ws').replace(/\/v3\//, '/ws/v3/')}`);
   expect(info.assetUrl.endsWith(`/v3/${info.apiKey}`)).toBe(true);
   expect(Array.isArray(info.collections)).toBe(true);
   expect(info.collections.length).toBeGreaterThan(0);

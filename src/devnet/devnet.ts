@@ -79,7 +79,8 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
             kind: 'evm',
             chainId: anvil.chainId,
             baseUrls: [`*/${DEVNET_EVM_NETWORK}`],
-            upstreams: [{ id: 'anvil', url: anvil.url }],
+            // anvil serves WebSocket on its HTTP port: subscriptions over the gateway's /ws/v3/ endpoint.
+            upstreams: [{ id: 'anvil', url: anvil.url, wsUrl: anvil.url.replace(/^http/, 'ws') }],
           },
           {
             id: DEVNET_ASSET_NETWORK,
@@ -101,10 +102,11 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
 
     const evmUrl = `${gateway.rpcOrigin}/${DEVNET_EVM_NETWORK}/v3/${apiKey}`;
     const assetUrl = `${gateway.rpcOrigin}/${DEVNET_ASSET_NETWORK}/v3/${apiKey}`;
+    const evmWsUrl = `${gateway.rpcOrigin.replace(/^http/, 'ws')}/${DEVNET_EVM_NETWORK}/ws/v3/${apiKey}`;
     const collections = das.collections;
     if (options.json) {
       process.stdout.write(
-        `${JSON.stringify({ evmUrl, assetUrl, apiKey, evmUpstreamUrl: anvil.url, assetUpstreamUrl: das.url, collections, adminUrl: gateway.adminOrigin, adminToken })}\n`,
+        `${JSON.stringify({ evmUrl, evmWsUrl, assetUrl, apiKey, evmUpstreamUrl: anvil.url, assetUpstreamUrl: das.url, collections, adminUrl: gateway.adminOrigin, adminToken })}\n`,
       );
       return;
     }
@@ -116,6 +118,7 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
         'Tollgate devnet is running.',
         '',
         `  EVM network   ${evmUrl}`,
+        `  EVM websocket ${evmWsUrl}   (eth_subscribe newHeads, logs, newPendingTransactions)`,
         `  DAS network   ${assetUrl}`,
         `  demo API key  ${apiKey}   (team "${DEMO_TEAM}", ${DEMO_DAILY_CREDITS.toLocaleString('en-US')} credits a day)`,
         `  upstreams     anvil ${anvil.url}, sample DAS ${das.url}`,
