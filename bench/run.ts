@@ -38,6 +38,7 @@ import { stringify as toYaml } from 'yaml';
 import { seedAnvil, startAnvil, type AnvilNode } from '../src/devnet/anvil.js';
 import { redisCost, redisSnapshot, type RedisCost } from './redis-cost.js';
 import { findWrk, prepareWrk, runWrk } from './wrk.js';
+import { formatWsFanout, runWsFanout, WS_FANOUT_SCENARIO } from './ws-fanout.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI = join(ROOT, 'dist', 'cli.js');
@@ -967,6 +968,9 @@ async function startRedis(): Promise<{ url: string; child: ChildProcess }> {
 async function main(): Promise<void> {
   const startedAt = new Date();
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npm run build\` first (npm run bench does)`);
+  // The WebSocket fan-out (bench/ws-fanout.ts) starts its own anvil and gateway: asked for alone, nothing else starts.
+  const wsFanout = () => runWsFanout({ subscribers: 1000, blocks: flags.quick ? 20 : 100 }).then(formatWsFanout);
+  if (flags.only !== undefined && WS_FANOUT_SCENARIO.includes(flags.only)) return void console.log(await wsFanout());
   // Per run 11 scenario pairs (2 warm-ups + 2 × PAIRS rounds, each with a moment to start the load
   // generator) and one gateway-only row; plus start-up, warm-up and the Redis cost rounds.
   const perRunS = 11 * (2 * WARMUP_S + 2 * PAIRS * (ROUND_S + 0.5)) + WARMUP_S + DURATION_S;
@@ -1173,6 +1177,7 @@ async function main(): Promise<void> {
   await anvil!.stop();
   anvil = undefined;
   clearTimeout(watchdog);
+  if (selected(WS_FANOUT_SCENARIO)) console.log(`\n${await wsFanout()}`);
 
   if (flags.only !== undefined) {
     for (const [index, { rows }] of runs.entries()) {

@@ -1,0 +1,228 @@
+// WebSocket fan-out scenario (issue 14): N clients subscribed to `newHeads` on one upstream
+// subscription; anvil mines a burst of blocks and every client receives every head. Reports
+// events delivered per second (all clients together) and the gateway's CPU per delivered event
+// (from /proc, the gateway being its own `node dist/cli.js serve` process with the SQLite store
+// and metering on: every event is reserved and settled through the ledger).
+//
+// Standalone:  npm run build && node --import tsx bench/ws-fanout.ts [--subscribers 1000] [--blocks 50]
+// From bench/run.ts: `npm run bench -- --only "newHeads fan-out"` runs this scenario alone.
+
+import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { stringify as toYaml } from 'yaml';
+import { startAnvil } from '../src/devnet/anvil.js';
+import { WebSocket } from '../src/websocket/ws-library.js';
+
+export const WS_FANOUT_SCENARIO = 'newHeads fan-out over WebSocket';
+
+export interface WsFanoutOptions {
+  subscribers: number;
+  blocks: number;
+}
+
+export interface WsFanoutResult {
+  subscribers: number;
+  blocks: number;
+  /** Events received by all clients together. */
+  delivered: number;
+  /** Upstream eth_subscribe calls the gateway made (1 = one shared subscription). */
+  upstreamSubscriptions: number;
+  seconds: number;
+  eventsPerSecond: number;
+  /** Gateway CPU (user + system) per delivered event, in microseconds. */
+  cpuUsPerEvent: number | undefined;
+  gatewayRssBytes: number | undefined;
+}
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const CLI = join(ROOT, 'dist', 'cli.js');
+const CLOCK_TICKS = ((): number => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
+
+function cpuSeconds(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+  } catch {
+    return undefined; // not Linux
+  }
+}
+
+function rssBytes(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return match === null ? undefined : Number(match[1]) * 1024;
+  } catch {
+    return undefined;
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function runCli(args: string[]): string {
+  return execFileSync(process.execPath, [CLI, ...args], { cwd: ROOT, encoding: 'utf8' });
+}
+
+async function rpc(url: string, method: string, params: unknown[]): Promise<unknown> {
+  const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }) });
+  return ((await response.json()) as { result?: unknown }).result;
+}
+
+/** A ws proxy that only counts the gateway's eth_subscribe calls on their way to anvil. */
+function countingProxy(target: string, port: number): Promise<{ calls: () => number; close: () => void }> {
+  let calls = 0;
+  return import('../src/websocket/ws-library.js').then(({ WebSocketServer }) => {
+    const server = new WebSocketServer({ host: '127.0.0.1', port, perMessageDeflate: false });
+    server.on('connection', (client) => {
+      const upstream = new WebSocket(target, { perMessageDeflate: false });
+      const early: string[] = [];
+      client.on('message', (data: Buffer) => {
+        const text = data.toString('utf8');
+        if (text.includes('"eth_subscribe"')) calls += 1;
+        if (upstream.readyState === WebSocket.OPEN) upstream.send(text);
+        else early.push(text);
+      });
+      upstream.on('open', () => early.splice(0).forEach((text) => upstream.send(text)));
+      upstream.on('message', (data: Buffer) => client.readyState === WebSocket.OPEN && client.send(data.toString('utf8')));
+      const end = () => {
+        client.terminate();
+        upstream.terminate();
+      };
+      client.on('close', end);
+      upstream.on('close', end);
+      client.on('error', end);
+      upstream.on('error', end);
+    });
+    return { calls: () => calls, close: () => server.close() };
+  });
+}
+
+export async function runWsFanout(options: WsFanoutOptions): Promise<WsFanoutResult> {
+  const workDir = mkdtempSync(join(tmpdir(), 'tollgate-ws-bench-'));
+  const anvil = await startAnvil();
+  let gateway: ChildProcess | undefined;
+  const sockets: WebSocket[] = [];
+  const proxyPort = await freePort();
+  const proxy = await countingProxy(anvil.url.replace(/^http/, 'ws'), proxyPort);
+  try {
+    const dbFile = join(workDir, 'tollgate.db');
+    runCli(['teams', 'create', 'bench', '--daily-credits', '1000000000000', '--db', dbFile]);
+    const secret = (JSON.parse(runCli(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { secret: string }).secret;
+    const port = await freePort();
+    const configFile = join(workDir, 'gateway.yaml');
+    writeFileSync(
+      configFile,
+      toYaml({
+        server: { host: '127.0.0.1', port, websocket: { maxConnectionsPerKey: options.subscribers + 10, maxConnections: options.subscribers + 10 } },
+        admin: { host: '127.0.0.1', port: 0 },
+        store: { driver: 'sqlite', path: dbFile },
+        networks: [{ id: 'eth', kind: 'evm', chainId: 31337, baseUrls: ['*/eth'], upstreams: [{ id: 'anvil', url: anvil.url, wsUrl: `ws://127.0.0.1:${proxyPort}` }] }],
+      }),
+    );
+    const logFd = openSync(join(workDir, 'gateway.log'), 'a');
+    gateway = spawn(process.execPath, [CLI, 'serve', '--config', configFile], { cwd: ROOT, stdio: ['ignore', logFd, logFd], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn' } });
+    closeSync(logFd);
+    const origin = `127.0.0.1:${port}`;
+    for (let tries = 0; ; tries += 1) {
+      try {
+        if ((await rpc(`http://${origin}/eth/v3/${secret}`, 'eth_chainId', [])) === '0x7a69') break;
+      } catch {
+        // not listening yet
+      }
+      if (tries > 200) throw new Error('the gateway did not start');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+
+    // Subscribers: each counts the heads it receives (without parsing them: the bench process
+    // shares the machine with the gateway and should cost as little as possible).
+    let received = 0;
+    let lastAt = 0;
+    const url = `ws://${origin}/eth/ws/v3/${secret}`;
+    for (let opened = 0; opened < options.subscribers; opened += 100) {
+      await Promise.all(
+        Array.from({ length: Math.min(100, options.subscribers - opened) }, () =>
+          new Promise<void>((resolve, reject) => {
+            const socket = new WebSocket(url, { perMessageDeflate: false });
+            sockets.push(socket);
+            socket.once('error', reject);
+            socket.on('message', (data: Buffer) => {
+              if (data.length > 100 && data.includes('"eth_subscription"')) {
+                received += 1;
+                lastAt = performance.now();
+              } else resolve();
+            });
+            socket.once('open', () => socket.send('{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}'));
+          }),
+        ),
+      );
+    }
+    await new Promise((resolve) => setTimeout(resolve, 500));
+
+    const expected = options.subscribers * options.blocks;
+    const cpuBefore = cpuSeconds(gateway.pid);
+    const started = performance.now();
+    await rpc(anvil.url, 'anvil_mine', [`0x${options.blocks.toString(16)}`]);
+    const deadline = Date.now() + 120_000;
+    while (received < expected && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    const cpuAfter = cpuSeconds(gateway.pid);
+    const seconds = ((received >= expected ? lastAt : performance.now()) - started) / 1000;
+    return {
+      subscribers: options.subscribers,
+      blocks: options.blocks,
+      delivered: received,
+      upstreamSubscriptions: proxy.calls(),
+      seconds,
+      eventsPerSecond: received / seconds,
+      cpuUsPerEvent: cpuBefore === undefined || cpuAfter === undefined ? undefined : ((cpuAfter - cpuBefore) / received) * 1e6,
+      gatewayRssBytes: rssBytes(gateway.pid),
+    };
+  } finally {
+    for (const socket of sockets) socket.terminate();
+    gateway?.kill('SIGTERM');
+    proxy.close();
+    await anvil.stop();
+    rmSync(workDir, { recursive: true, force: true });
+  }
+}
+
+export function formatWsFanout(result: WsFanoutResult): string {
+  const cpu = result.cpuUsPerEvent === undefined ? '?' : result.cpuUsPerEvent.toFixed(1);
+  const rss = result.gatewayRssBytes === undefined ? '?' : (result.gatewayRssBytes / 1024 / 1024).toFixed(0);
+  return (
+    `${WS_FANOUT_SCENARIO}: ${result.subscribers} subscribers × ${result.blocks} blocks, ${result.upstreamSubscriptions} upstream eth_subscribe; ` +
+    `${result.delivered} events in ${result.seconds.toFixed(2)} s = ${Math.round(result.eventsPerSecond)} events/s; ` +
+    `gateway CPU ${cpu} µs per delivered event (each reserved and settled); gateway RSS ${rss} MiB`
+  );
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const { values } = parseArgs({ options: { subscribers: { type: 'string', default: '1000' }, blocks: { type: 'string', default: '50' } } });
+  runWsFanout({ subscribers: Number(values.subscribers), blocks: Number(values.blocks) }).then(
+    (result) => console.log(formatWsFanout(result)),
+    (error: unknown) => {
+      console.error(error);
+      process.exitCode = 1;
+    },
+  );
+}
