@@ -207,8 +207,10 @@ const NULL_STYLE = -1;
 // eslint-disable-next-line no-control-regex -- the marker is a control character no JSON text holds raw
 const ID_MARKER = /\u0001(-?\d+):([A-Za-z0-9+/=]*)\u0001/g;
 
-const marker = (style: number, method: unknown): string =>
-  `\u0001${style}:${Buffer.from(typeof method === 'string' ? method : '').toString('base64')}\u0001`;
+/** The method name the gateway reads: a string, also one generated as "any JSON value". */
+const methodText = (method: unknown): string =>
+  typeof method === 'string' ? method : typeof (method as { nonString?: unknown } | undefined)?.nonString === 'string' ? (method as { nonString: string }).nonString : '';
+const marker = (style: number, method: unknown): string => `\u0001${style}:${Buffer.from(methodText(method)).toString('base64')}\u0001`;
 
 const space = fc.constantFrom('', '', '', ' ', '\n', '\t', ' \r\n ');
 const hex = (length: number) => fc.string({ unit: fc.constantFrom(...'0123456789abcdefABCDEF'), minLength: length, maxLength: length });
@@ -577,7 +579,8 @@ function buildCase(plan: CasePlan): BuiltCase {
       if (style === NULL_STYLE && nullUsed) style = 0;
       const idText = style === NULL_STYLE ? 'null' : ID_STYLES[style]!(counter++);
       if (style === NULL_STYLE) nullUsed = true;
-      prices.set(idText, priceOf(resolvedNetwork, method));
+      // Priced by the name the gateway sees: a secret placeholder becomes the secret (a method name, maybe).
+      prices.set(idText, priceOf(resolvedNetwork, substitute(method, network, caseId)));
       ids.add(idText);
       return Buffer.from(idText, 'utf8').toString('latin1');
     });
