@@ -10,6 +10,7 @@ export const ERROR_REGISTRY = {
   TG_ERR_EMPTY_BATCH: { rpcCode: -32600, httpStatus: 200, message: 'Invalid Request: empty batch' },
   TG_ERR_BATCH_TOO_LARGE: { rpcCode: -32600, httpStatus: 200, message: 'Invalid Request: batch too large' },
   TG_ERR_METHOD_NOT_FOUND: { rpcCode: -32601, httpStatus: 200, message: 'the method does not exist/is not available' },
+  TG_ERR_METHOD_DISABLED: { rpcCode: -32601, httpStatus: 200, message: 'the method is disabled on this gateway' },
   TG_ERR_INVALID_PARAMS: { rpcCode: -32602, httpStatus: 200, message: 'Invalid params' },
   TG_ERR_DAS_VALIDATION: { rpcCode: -32000, httpStatus: 200, message: 'DAS validation error' },
   TG_ERR_FILTER_NOT_FOUND: { rpcCode: -32000, httpStatus: 200, message: 'filter not found' },

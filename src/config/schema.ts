@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { methodSettingsIssues } from '../methods/catalogue.js';
 
 /**
  * The one schema of the gateway's YAML configuration. Types, defaults and validation all come
@@ -15,6 +16,8 @@ const credits = z.number().int().min(0);
 
 /** A JSON-RPC method name as it appears on the wire. */
 const methodName = z.string().regex(/^[A-Za-z][A-Za-z0-9_]*$/, 'a JSON-RPC method name');
+/** A method name or a glob of them: `*` matches any run of characters (`debug_*`). */
+const methodGlob = z.string().regex(/^[A-Za-z0-9_*]+$/, 'a JSON-RPC method name or a glob such as debug_*');
 
 /**
  * `host[:port][/prefix]` or `*[/prefix]`: which Host header and path prefix select a network.
@@ -42,6 +45,8 @@ const upstreamSchema = z.strictObject({
   params: z.enum(['named', 'positional']).default('named'),
   /** Share of the first attempts this upstream gets under `selection: weighted` (0: only as a fallback). */
   weight: z.number().min(0).default(1),
+  /** Methods this upstream does not serve (names or globs); routing skips it for them. See docs/methods.md. */
+  methods: z.strictObject({ deny: z.array(methodGlob).default([]) }).prefault({}),
 });
 
 const circuitBreakerSchema = z.strictObject({
@@ -87,10 +92,15 @@ const networkSchema = z.strictObject({
   baseUrls: z.array(baseUrl).min(1),
   upstreams: z.array(upstreamSchema).min(1),
   /**
-   * Credits per method on this network. Overrides the built-in costs of the first-class methods,
-   * and lists extra pass-through methods the network offers (forwarded unvalidated).
+   * Credits per method on this network: re-prices a catalogue method or adds one (forwarded
+   * unvalidated); the key `"*"` prices every method neither listed here nor in the catalogue
+   * (default 80). See docs/methods.md.
    */
-  methods: z.record(methodName, credits).default({}),
+  methods: z.record(z.union([methodName, z.literal('*')]), credits).default({}),
+  /** Methods (names or globs) this network refuses with `-32601`, on top of the default-denied ones. */
+  denyMethods: z.array(methodGlob).default([]),
+  /** Default-denied methods (names or globs, e.g. `txpool_*`) this network serves after all. */
+  allowMethods: z.array(methodGlob).default([]),
   /**
    * Deadline of a whole request (all failover attempts) on this network. At most 5 minutes, and
    * shorter than `credits.staleReservationMs`, so no request outlives its reservation.
@@ -250,6 +260,9 @@ export const configSchema = z
           path: ['networks', index, 'requestTimeoutMs'],
           message: `must be shorter than credits.staleReservationMs (${config.credits.staleReservationMs}), or the sweep would refund a request still running`,
         });
+      }
+      for (const issue of methodSettingsIssues(network)) {
+        ctx.addIssue({ code: 'custom', path: ['networks', index, ...issue.path], message: issue.message });
       }
       if (network.kind === 'evm' && network.chainId === undefined) {
         ctx.addIssue({ code: 'custom', path: ['networks', index, 'chainId'], message: 'EVM networks need a chainId' });
