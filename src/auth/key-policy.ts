@@ -217,7 +217,7 @@ export function compileKeyPolicy(settings: KeySettings | null, keySecretHash: st
         return { secret: true, items: undefined };
       }
       if (s.requireSecret) throw new GatewayError('TG_ERR_INVALID_KEY_SECRET');
-      if (jwtKeys.size > 0 && authorization !== undefined && authorization.slice(0, 7).toLowerCase() === 'bearer ') {
+      if (jwtKeys.size > 0 && authorization !== undefined && authorization.slice(0, 6).toLowerCase() === 'bearer') {
         const match = BEARER.exec(authorization);
         if (match === null) throw invalidJwt('malformed');
         return admitWithJwt(facts, match[1]!);
