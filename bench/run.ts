@@ -69,6 +69,9 @@ function positiveEnv(name: string): number | undefined {
 const DURATION_S = positiveEnv('BENCH_DURATION') ?? (flags.quick ? 3 : 20);
 const REDIS_SCENARIO = 'cache hit, hydrated=false, Redis store';
 const HEADERS_SCENARIO = 'cache hit, hydrated=false, reference sends the same headers';
+/** A browser key: origin and method lists, the allowed Origin sent; its reference is the plain key on the same gateway. */
+const SETTINGS_SCENARIO = 'cache hit, hydrated=false, key with origin and method lists';
+const SETTINGS_ORIGIN = 'https://app.example.com';
 
 function selected(scenario: string): boolean {
   return flags.only === undefined || scenario.includes(flags.only);
@@ -348,6 +351,8 @@ interface Target {
   url: string;
   body: string;
   pid: number | undefined;
+  /** Request headers besides Content-Type. */
+  headers?: Record<string, string>;
 }
 
 interface Measured {
@@ -390,7 +395,7 @@ async function load(target: Target, seconds: number): Promise<Round> {
   const instance = autocannon({
     url: target.url,
     method: 'POST',
-    headers: JSON_HEADERS,
+    headers: target.headers === undefined ? JSON_HEADERS : { ...JSON_HEADERS, ...target.headers },
     body: target.body,
     connections: CONNECTIONS,
     pipelining: 1,
@@ -687,9 +692,9 @@ async function startRedis(): Promise<{ url: string; child: ChildProcess }> {
 async function main(): Promise<void> {
   const startedAt = new Date();
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npm run build\` first (npm run bench does)`);
-  // 11 scenario pairs (2 warm-ups + 2 × PAIRS rounds, each with a moment to start autocannon) and
+  // 12 scenario pairs (2 warm-ups + 2 × PAIRS rounds, each with a moment to start autocannon) and
   // one gateway-only row, plus start-up.
-  const budgetMs = (4 * JIT_WARMUP_S + 11 * (2 * WARMUP_S + 2 * PAIRS * (ROUND_S + 0.5)) + WARMUP_S + DURATION_S) * 1000 + 90_000;
+  const budgetMs = (4 * JIT_WARMUP_S + 12 * (2 * WARMUP_S + 2 * PAIRS * (ROUND_S + 0.5)) + WARMUP_S + DURATION_S) * 1000 + 90_000;
   const watchdog = setTimeout(() => {
     process.stderr.write(`bench: still running after ${Math.round(budgetMs / 1000)} s, giving up\n`);
     killChildren();
@@ -703,7 +708,7 @@ async function main(): Promise<void> {
 
   // Upstreams, references and the team's key, started side by side.
   const dbFile = join(workDir, 'tollgate.db');
-  const [chain, das, secret] = await Promise.all([
+  const [chain, das, [secret, browserSecret]] = await Promise.all([
     (async () => {
       anvil = await startAnvil();
       const seed = await seedAnvil(anvil.url, { blocks: 1, txPerBlock: TRANSACTIONS_PER_BLOCK });
@@ -719,7 +724,11 @@ async function main(): Promise<void> {
     (async () => {
       // A team with a quota no run can exhaust, and its key, made with the CLI like an operator would.
       await runCli(['teams', 'create', 'bench', '--daily-credits', '1000000000000', '--db', dbFile]);
-      return (JSON.parse(await runCli(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { secret: string }).secret;
+      const plain = (JSON.parse(await runCli(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { secret: string }).secret;
+      // A key as a dapp ships it in a web page: an origin list and a method list.
+      const browser = JSON.parse(await runCli(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { id: string; secret: string };
+      await runCli(['keys', 'update', browser.id, '--db', dbFile, '--allow-origin', SETTINGS_ORIGIN, '--allow-origin', 'https://*.example.org', '--allow-method', 'eth_getBlockByHash', '--allow-method', 'eth_chainId']);
+      return [plain, browser.secret] as const;
     })(),
   ]);
   const { hash, bare, bareWithHeaders, proxy } = chain;
@@ -786,6 +795,16 @@ async function main(): Promise<void> {
     const body = blockBody(hash, false);
     const reference: Target = { name: 'bare node:http, same bytes and headers', url: `http://127.0.0.1:${bareWithHeaders.info.port}/`, body, pid: bareWithHeaders.child.pid };
     rows.push(...(await comparePair(HEADERS_SCENARIO, reference, gatewayTarget(cached, body))));
+  }
+  if (selected(SETTINGS_SCENARIO)) {
+    // Its reference is the plain key on the same gateway, in interleaved rounds.
+    const body = blockBody(hash, false);
+    const plain: Target = { name: 'gateway, key without settings', url: eth(cached), body, pid: cached.child.pid };
+    const browser: Target = { ...gatewayTarget(cached, body, `${cached.origin}/eth/v3/${browserSecret}`), headers: { origin: SETTINGS_ORIGIN } };
+    const check = await request(browser.url, { method: 'POST', headers: { ...JSON_HEADERS, origin: SETTINGS_ORIGIN }, body });
+    if (check.statusCode !== 200 || check.headers['access-control-allow-origin'] !== SETTINGS_ORIGIN) throw new Error(`browser key: HTTP ${check.statusCode}`);
+    await check.body.dump();
+    rows.push(...(await comparePair(SETTINGS_SCENARIO, plain, browser)));
   }
   if (selected(`batch of ${BATCH_ITEMS} cache hits`)) {
     const body = batchBody(hash);
