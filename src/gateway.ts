@@ -5,6 +5,7 @@ import type { GatewayConfig } from './config/schema.js';
 import { createAdminHandler, adminApiRoutes } from './admin/admin-server.js';
 import { createAdminService } from './admin/admin-service.js';
 import { createAuthenticator } from './auth/authenticator.js';
+import { compileKeyPolicy, createJwtCache } from './auth/key-policy.js';
 import { createBlockCache, createDisabledBlockCache } from './cache/block-cache.js';
 import { collectConfigSecrets } from './config/secrets.js';
 import { createLogger, logScrubber, type Logger } from './logging/logger.js';
@@ -115,10 +116,12 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   }, RESERVATION_SWEEP_INTERVAL_MS);
   sweep.unref();
 
+  const jwtCache = createJwtCache(config.auth.jwtCacheMaxEntries);
   const authenticator = createAuthenticator(store, {
     ttlMs: config.auth.keyCacheTtlMs,
     maxEntries: config.auth.keyCacheMaxEntries,
     now,
+    compilePolicy: (found) => compileKeyPolicy(found.key.settings, found.keySecretHash, { jwtCache, now }),
   });
   const meter = createMeter(store, { now });
   const cache =

@@ -241,6 +241,8 @@ describe('keys', () => {
         expiresAt: Date.parse(expires),
         revokedAt: null,
         createdAt: expect.any(Number),
+        settings: null,
+        hasKeySecret: false,
       },
       secret: expect.stringMatching(/^tg_[A-Za-z0-9_-]{32}$/),
     });

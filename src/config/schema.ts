@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { methodSettingsIssues } from '../methods/catalogue.js';
+import { isIpRange, isOriginPattern } from '../auth/key-settings.js';
 
 /**
  * The one schema of the gateway's YAML configuration. Types, defaults and validation all come
@@ -178,6 +179,24 @@ export const configSchema = z
         keepAliveTimeoutMs: positiveInt.default(65_000),
         /** On SIGTERM, how long in-flight requests may take to finish before connections are cut. */
         drainTimeoutMs: positiveInt.default(25_000),
+        /**
+         * Addresses or CIDR ranges of the reverse proxies in front of the gateway. `X-Forwarded-For`
+         * is believed only from these (walked right to left, skipping them); the IP rule of a key
+         * otherwise sees the connection's own address. Default: none.
+         */
+        trustedProxies: z.array(z.string().refine(isIpRange, 'an IPv4 or IPv6 address or CIDR range')).default([]),
+        /** Browsers calling RPC paths from web pages (docs/keys.md). */
+        cors: z
+          .strictObject({
+            /**
+             * Origins whose pages may call the gateway and read its answers: `*` (any, the
+             * default), or patterns as in a key's `allowedOrigins`. A key's own list narrows this.
+             */
+            allowedOrigins: z.array(z.string().refine((entry) => entry === '*' || isOriginPattern(entry), 'an origin pattern or *')).min(1).default(['*']),
+            /** `Access-Control-Max-Age` of preflight answers, in seconds (Chromium caps it at 7200). */
+            maxAgeSeconds: z.number().int().min(0).max(86_400).default(600),
+          })
+          .prefault({}),
       })
       .prefault({}),
     auth: z
@@ -191,6 +210,8 @@ export const configSchema = z
         keyCacheMaxEntries: positiveInt.default(100_000),
         /** How long a rotated-out secret keeps working when a rotation does not say. */
         rotationGraceMs: z.number().int().min(0).default(0),
+        /** Verified JWTs remembered (until their `exp`) so a repeated token costs no signature check. */
+        jwtCacheMaxEntries: positiveInt.default(10_000),
       })
       .prefault({}),
     store: storeSchema.prefault({ driver: 'sqlite' }),
