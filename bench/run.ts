@@ -88,6 +88,9 @@ const BATCH_SCENARIO = `batch of ${BATCH_ITEMS} cache hits`;
 const ASSET_LIMITS = [100, 1000] as const;
 const assetsScenario = (limit: number): string => `getAssetsByGroup, limit ${limit}`;
 const HEADERS_SCENARIO = 'cache hit, hydrated=false, reference sends the same headers';
+/** A browser key: origin and method lists, the allowed Origin sent; its reference is the plain key on the same gateway. */
+const SETTINGS_SCENARIO = 'cache hit, hydrated=false, key with origin and method lists';
+const SETTINGS_ORIGIN = 'https://app.example.com';
 
 function selected(scenario: string): boolean {
   return flags.only === undefined || scenario.includes(flags.only);
@@ -367,6 +370,8 @@ interface Target {
   url: string;
   body: string;
   pid: number | undefined;
+  /** Request headers besides Content-Type. */
+  headers?: Record<string, string>;
 }
 
 interface Measured {
@@ -424,7 +429,7 @@ async function load(target: Target, seconds: number): Promise<Round> {
 async function loadWithWrk(target: Target, seconds: number): Promise<Omit<Round, 'peakRss'>> {
   wrkFiles ??= prepareWrk(workDir!);
   const before = cpuSeconds(target.pid);
-  const run = await runWrk({ script: wrkFiles.script, bodyFile: wrkFiles.bodyFile(target.body), url: target.url, connections: CONNECTIONS, threads: WRK_THREADS, seconds, timeoutS: 10 });
+  const run = await runWrk({ script: wrkFiles.script, bodyFile: wrkFiles.bodyFile(target.body), url: target.url, headers: target.headers, connections: CONNECTIONS, threads: WRK_THREADS, seconds, timeoutS: 10 });
   const after = cpuSeconds(target.pid);
   return {
     requests: run.requests,
@@ -444,7 +449,7 @@ async function loadWithAutocannon(target: Target, seconds: number): Promise<Omit
   const instance = autocannon({
     url: target.url,
     method: 'POST',
-    headers: JSON_HEADERS,
+    headers: target.headers === undefined ? JSON_HEADERS : { ...JSON_HEADERS, ...target.headers },
     body: target.body,
     connections: CONNECTIONS,
     pipelining: 1,
@@ -651,6 +656,7 @@ function targetChecks(rows: readonly Measured[], gatewayRss: readonly number[], 
     p99AtMost(`cache hit hydrated=${hydrated}`, row, 1.3, 'bare');
   }
   rpsAtLeast(BATCH_SCENARIO, gatewayRow(BATCH_SCENARIO), 0.9, 'bare');
+  rpsAtLeast('cache hit, key with origin and method lists', gatewayRow(SETTINGS_SCENARIO), 0.95, 'the plain key');
   rpsAtLeast('cache miss, verification full', gatewayRow(missScenario('full')), 1.2, 'proxy');
   rpsAtLeast('cache miss, hydrated=true, verification full', gatewayRow(HYDRATED_MISS_SCENARIO), 1.2, 'proxy');
   for (const limit of ASSET_LIMITS) {
@@ -971,9 +977,9 @@ async function main(): Promise<void> {
   // The WebSocket fan-out (bench/ws-fanout.ts) starts its own anvil and gateway: asked for alone, nothing else starts.
   const wsFanout = () => runWsFanout({ subscribers: 1000, blocks: flags.quick ? 20 : 100 }).then(formatWsFanout);
   if (flags.only !== undefined && WS_FANOUT_SCENARIO.includes(flags.only)) return void console.log(await wsFanout());
-  // Per run 11 scenario pairs (2 warm-ups + 2 × PAIRS rounds, each with a moment to start the load
+  // Per run 12 scenario pairs (2 warm-ups + 2 × PAIRS rounds, each with a moment to start the load
   // generator) and one gateway-only row; plus start-up, warm-up and the Redis cost rounds.
-  const perRunS = 11 * (2 * WARMUP_S + 2 * PAIRS * (ROUND_S + 0.5)) + WARMUP_S + DURATION_S;
+  const perRunS = 12 * (2 * WARMUP_S + 2 * PAIRS * (ROUND_S + 0.5)) + WARMUP_S + DURATION_S;
   const budgetMs = (4 * JIT_WARMUP_S + RUNS * perRunS + 3 * (WARMUP_S + 10)) * 1000 + 120_000;
   const watchdog = setTimeout(() => {
     process.stderr.write(`bench: still running after ${Math.round(budgetMs / 1000)} s, giving up\n`);
@@ -988,7 +994,7 @@ async function main(): Promise<void> {
 
   // Upstreams, references and the team's key, started side by side.
   const dbFile = join(workDir, 'tollgate.db');
-  const [chain, das, secret] = await Promise.all([
+  const [chain, das, [secret, browserSecret]] = await Promise.all([
     (async () => {
       anvil = await startAnvil();
       const seed = await seedAnvil(anvil.url, { blocks: 1, txPerBlock: TRANSACTIONS_PER_BLOCK });
@@ -1008,7 +1014,11 @@ async function main(): Promise<void> {
     (async () => {
       // A team with a quota no run can exhaust, and its key, made with the CLI like an operator would.
       await runCli(['teams', 'create', 'bench', '--daily-credits', '1000000000000', '--db', dbFile]);
-      return (JSON.parse(await runCli(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { secret: string }).secret;
+      const plain = (JSON.parse(await runCli(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { secret: string }).secret;
+      // A key as a dapp ships it in a web page: an origin list and a method list.
+      const browser = JSON.parse(await runCli(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { id: string; secret: string };
+      await runCli(['keys', 'update', browser.id, '--db', dbFile, '--allow-origin', SETTINGS_ORIGIN, '--allow-origin', 'https://*.example.org', '--allow-method', 'eth_getBlockByHash', '--allow-method', 'eth_chainId']);
+      return [plain, browser.secret] as const;
     })(),
   ]);
   const { hash, bare, bareWithHeaders, proxy } = chain;
@@ -1091,6 +1101,16 @@ async function main(): Promise<void> {
       const body = blockBody(hash, false);
       const reference: Target = { name: 'bare node:http, same bytes and headers', url: `http://127.0.0.1:${bareWithHeaders.info.port}/`, body, pid: bareWithHeaders.child.pid };
       rows.push(...(await comparePair(HEADERS_SCENARIO, reference, gatewayTarget(cached, body))));
+    }
+    if (selected(SETTINGS_SCENARIO)) {
+      // Its reference is the plain key on the same gateway, in interleaved rounds.
+      const body = blockBody(hash, false);
+      const plain: Target = { name: 'gateway, key without settings', url: eth(cached), body, pid: cached.child.pid };
+      const browser: Target = { ...gatewayTarget(cached, body, `${cached.origin}/eth/v3/${browserSecret}`), headers: { origin: SETTINGS_ORIGIN } };
+      const check = await request(browser.url, { method: 'POST', headers: { ...JSON_HEADERS, origin: SETTINGS_ORIGIN }, body });
+      if (check.statusCode !== 200 || check.headers['access-control-allow-origin'] !== SETTINGS_ORIGIN) throw new Error(`browser key: HTTP ${check.statusCode}`);
+      await check.body.dump();
+      rows.push(...(await comparePair(SETTINGS_SCENARIO, plain, browser)));
     }
     if (selected(BATCH_SCENARIO)) {
       const body = batchBody(hash);

@@ -85,8 +85,19 @@ export function prepareWrk(dir: string): { script: string; bodyFile: (body: stri
 }
 
 /** One wrk run of `seconds` against `url` with `body` POSTed on every request. */
-export function runWrk(options: { script: string; bodyFile: string; url: string; connections: number; threads: number; seconds: number; timeoutS: number }): Promise<WrkRound> {
+export function runWrk(options: {
+  script: string;
+  bodyFile: string;
+  url: string;
+  connections: number;
+  threads: number;
+  seconds: number;
+  timeoutS: number;
+  /** Request headers besides Content-Type (an `Origin`, say). */
+  headers?: Record<string, string>;
+}): Promise<WrkRound> {
   const args = [
+    ...Object.entries(options.headers ?? {}).flatMap(([name, value]) => ['-H', `${name}: ${value}`]),
     `-t${Math.min(options.threads, options.connections)}`,
     `-c${options.connections}`,
     `-d${options.seconds}s`,

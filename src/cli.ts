@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { basename, extname } from 'node:path';
 import { ConfigError, loadConfigFile } from './config/load.js';
 import type { StoreConfig } from './config/schema.js';
 import { startGateway } from './gateway.js';
@@ -24,6 +25,12 @@ const USAGE = `Usage:
   tollgate teams list
   tollgate keys create --team NAME [--label TEXT] [--daily-cap N] [--networks a,b] [--expires ISO-DATE]
   tollgate keys list [--team NAME]
+  tollgate keys update KEY_ID [--label TEXT] [--daily-cap N|none] [--networks a,b|all] [--expires ISO-DATE|never]
+                       [--allow-origin O]... [--allow-user-agent UA]... [--allow-ip CIDR]...
+                       [--allow-method M]... [--allow-address 0x...]... [--clear-allowlists]
+                       [--require-secret | --no-require-secret] [--require-jwt | --no-require-jwt]
+                       [--jwt-key [ID=]FILE]... [--jwt-audience AUD|none]
+  tollgate keys secret KEY_ID
   tollgate keys rotate KEY_ID [--grace-seconds N]
   tollgate keys revoke KEY_ID
   tollgate usage (--team NAME | --key KEY_ID) [--days N | --from YYYY-MM-DD --to YYYY-MM-DD]
@@ -49,6 +56,18 @@ const OPTIONS = {
   networks: { type: 'string' },
   expires: { type: 'string' },
   'grace-seconds': { type: 'string' },
+  'allow-origin': { type: 'string', multiple: true },
+  'allow-user-agent': { type: 'string', multiple: true },
+  'allow-ip': { type: 'string', multiple: true },
+  'allow-method': { type: 'string', multiple: true },
+  'allow-address': { type: 'string', multiple: true },
+  'clear-allowlists': { type: 'boolean' },
+  'require-secret': { type: 'boolean' },
+  'no-require-secret': { type: 'boolean' },
+  'require-jwt': { type: 'boolean' },
+  'no-require-jwt': { type: 'boolean' },
+  'jwt-key': { type: 'string', multiple: true },
+  'jwt-audience': { type: 'string' },
   days: { type: 'string' },
   'key-prefix': { type: 'string' },
   from: { type: 'string' },
@@ -94,6 +113,58 @@ function print(value: unknown): void {
 function requireArg(value: string | undefined, what: string): string {
   if (value === undefined) throw new UsageError(`${what} is required`);
   return value;
+}
+
+/** `--require-x` / `--no-require-x`: true, false, or not given. */
+function toggle(values: Values, name: 'require-secret' | 'require-jwt'): boolean | undefined {
+  const on = values[name] === true;
+  const off = values[`no-${name}`] === true;
+  if (on && off) throw new UsageError(`give --${name} or --no-${name}, not both`);
+  return on ? true : off ? false : undefined;
+}
+
+/** `--jwt-key [ID=]FILE`: a PEM public key or a JWK (JSON) file; the id defaults to the file's name. */
+function jwtKeyFromFile(argument: string): { id: string; pem?: string; jwk?: Record<string, unknown> } {
+  const equals = argument.indexOf('=');
+  const file = equals > 0 ? argument.slice(equals + 1) : argument;
+  const id = equals > 0 ? argument.slice(0, equals) : basename(file, extname(file));
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (error) {
+    throw new UsageError(`--jwt-key: cannot read ${file}: ${(error as Error).message}`);
+  }
+  if (text.trimStart().startsWith('{')) {
+    try {
+      return { id, jwk: JSON.parse(text) as Record<string, unknown> };
+    } catch {
+      throw new UsageError(`--jwt-key: ${file} is neither a PEM key nor JSON`);
+    }
+  }
+  return { id, pem: text };
+}
+
+/** The `settings` patch of `keys update`, from its flags; undefined when none was given. */
+function settingsFromFlags(values: Values): Record<string, unknown> | undefined {
+  const settings: Record<string, unknown> = {};
+  if (values['clear-allowlists'] === true) {
+    for (const field of ['allowedOrigins', 'allowedUserAgents', 'allowedIps', 'allowedMethods', 'allowedAddresses']) settings[field] = [];
+  }
+  const lists = [
+    ['allow-origin', 'allowedOrigins'],
+    ['allow-user-agent', 'allowedUserAgents'],
+    ['allow-ip', 'allowedIps'],
+    ['allow-method', 'allowedMethods'],
+    ['allow-address', 'allowedAddresses'],
+  ] as const;
+  for (const [flag, field] of lists) if (values[flag] !== undefined) settings[field] = values[flag];
+  const requireSecret = toggle(values, 'require-secret');
+  if (requireSecret !== undefined) settings.requireSecret = requireSecret;
+  const requireJwt = toggle(values, 'require-jwt');
+  if (requireJwt !== undefined) settings.requireJwt = requireJwt;
+  if (values['jwt-key'] !== undefined) settings.jwtKeys = values['jwt-key'].map(jwtKeyFromFile);
+  if (values['jwt-audience'] !== undefined) settings.jwtAudience = values['jwt-audience'] === 'none' ? null : values['jwt-audience'];
+  return Object.keys(settings).length === 0 ? undefined : settings;
 }
 
 async function serve(values: Values): Promise<void> {
@@ -199,6 +270,25 @@ async function main(argv: string[]): Promise<void> {
       });
     case 'keys list':
       return withAdmin(values, (admin) => admin.listKeys(values.team));
+    case 'keys update':
+      return withAdmin(values, async (admin) => {
+        const expiresAt = values.expires === undefined ? undefined : values.expires === 'never' ? null : Date.parse(values.expires);
+        if (expiresAt !== undefined && expiresAt !== null && Number.isNaN(expiresAt)) throw new UsageError(`--expires must be an ISO date or never, got "${values.expires}"`);
+        const { key, keySecret } = await admin.updateKey(requireArg(rest[0], 'KEY_ID'), {
+          label: values.label,
+          dailyCap: values['daily-cap'] === 'none' ? null : wholeNumber(values['daily-cap'], '--daily-cap'),
+          allowedNetworks: values.networks === undefined ? undefined : values.networks === 'all' ? null : values.networks.split(',').map((id) => id.trim()).filter(Boolean),
+          expiresAt,
+          settings: settingsFromFlags(values),
+        });
+        // A key secret issued by turning --require-secret on is shown this once.
+        return keySecret === undefined ? key : { ...key, keySecret };
+      });
+    case 'keys secret':
+      return withAdmin(values, async (admin) => {
+        const { key, keySecret } = await admin.issueKeySecret(requireArg(rest[0], 'KEY_ID'));
+        return { ...key, keySecret };
+      });
     case 'keys rotate':
       return withAdmin(values, (admin, defaultGraceMs) => {
         const graceSeconds = wholeNumber(values['grace-seconds'], '--grace-seconds');

@@ -5,6 +5,7 @@ import type { GatewayConfig } from './config/schema.js';
 import { createAdminHandler, adminApiRoutes } from './admin/admin-server.js';
 import { createAdminService } from './admin/admin-service.js';
 import { createAuthenticator } from './auth/authenticator.js';
+import { compileKeyPolicy, createJwtCache } from './auth/key-policy.js';
 import { createBlockCache, createDisabledBlockCache } from './cache/block-cache.js';
 import { collectConfigSecrets } from './config/secrets.js';
 import { createLogger, logScrubber, type Logger } from './logging/logger.js';
@@ -24,6 +25,7 @@ import { createRpcHandler, rpcServerOptions } from './server/rpc-handler.js';
 import { openStore, type Store } from './store/index.js';
 import { createSubscriptionHub } from './websocket/subscription-hub.js';
 import { connectUpstreamSocket } from './websocket/upstream-socket.js';
+import { servesSubscriptions } from './websocket/subscribe-params.js';
 import { createWebSocketEndpoint } from './websocket/ws-endpoint.js';
 
 /**
@@ -121,10 +123,12 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   }, RESERVATION_SWEEP_INTERVAL_MS);
   sweep.unref();
 
+  const jwtCache = createJwtCache(config.auth.jwtCacheMaxEntries);
   const authenticator = createAuthenticator(store, {
     ttlMs: config.auth.keyCacheTtlMs,
     maxEntries: config.auth.keyCacheMaxEntries,
     now,
+    compilePolicy: (found) => compileKeyPolicy(found.key.settings, found.keySecretHash, { jwtCache, now }),
   });
   const meter = createMeter(store, { now });
   const cache =
@@ -217,7 +221,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
         return {
           candidates() {
             const ordered = runtime.forwarder.selector.order().map((upstream) => upstream.id);
-            const withWs = runtime.forwarder.upstreams.filter((upstream) => upstream.config.wsUrl !== undefined);
+            const withWs = runtime.forwarder.upstreams.filter((upstream) => servesSubscriptions(upstream.config));
             // Healthy upstreams in routing order first, then those whose circuit is open.
             const rank = (id: string) => (ordered.includes(id) ? ordered.indexOf(id) : ordered.length);
             return withWs

@@ -241,6 +241,8 @@ describe('keys', () => {
         expiresAt: Date.parse(expires),
         revokedAt: null,
         createdAt: expect.any(Number),
+        settings: null,
+        hasKeySecret: false,
       },
       secret: expect.stringMatching(/^tg_[A-Za-z0-9_-]{32}$/),
     });
@@ -415,11 +417,11 @@ describe('usage', () => {
     const batch = await rpc(tg.url('base', k2.secret), [CHAIN_ID, { ...CHAIN_ID, id: 2 }, call('net_version', [], 3)]);
     expect(batch.body.map((reply: { result?: unknown }) => reply.result)).toStrictEqual(['0x2105', '0x2105', '8453']);
 
-    // Nothing of this is charged: invalid params, unknown method, every upstream failed.
+    // Nothing of this is charged: invalid params, a denied method, every upstream failed.
     const invalid = await rpc(tg.url('eth', k1.secret), call('eth_getBlockByHash', ['0x12', false]));
     expect(invalid.body.error.code).toBe(-32602);
-    const unknown = await rpc(tg.url('eth', k1.secret), call('eth_sendRawTransaction', ['0x00']));
-    expect(unknown.body.error.code).toBe(-32601);
+    const denied = await rpc(tg.url('eth', k1.secret), call('eth_sendTransaction', [{}]));
+    expect(denied.body.error.code).toBe(-32601);
     const failed = await rpc(tg.url('eth', k2.secret), call('eth_getBlockByHash', [FAILING_HASH, false]));
     expect(failed.status).toBe(502);
     expect(failed.headers.get('x-credits-cost')).toBe('0');

@@ -177,7 +177,8 @@ describe('logs', () => {
     const origin = tg.gateway.rpcOrigin;
     const ok = await rpc(tg.url('evm'), CHAIN_ID);
     const failed = await rpc(tg.url('evm'), { jsonrpc: '2.0', id: 2, method: 'eth_getBlockByHash', params: [`0x${'11'.repeat(32)}`, false] });
-    const unknownMethod = await rpc(tg.url('evm'), { jsonrpc: '2.0', id: 3, method: 'foo' });
+    // Not a method name: -32601 without an upstream call (a name such as `foo` would be forwarded at the unlisted price).
+    const unknownMethod = await rpc(tg.url('evm'), { jsonrpc: '2.0', id: 3, method: 'foo bar' });
     const badParams = await rpc(tg.url('evm'), { jsonrpc: '2.0', id: 4, method: 'eth_getBlockByHash', params: [tg.apiKey, false] });
     const unknownKey = await rpc(tg.url('evm', UNKNOWN_KEY), CHAIN_ID);
     const missingKey = await rpc(`${origin}/evm/v3`, CHAIN_ID);

@@ -326,13 +326,14 @@ describe('charging rule: answers cost their price, rejections and upstream failu
     expect(delta).toEqual({ credits: 0, requests: 0, teamUsed: 0 });
   });
 
-  it('validation errors, unknown methods and invalid requests are never charged nor forwarded', async () => {
+  it('validation errors, denied and unknown methods and invalid requests are never charged nor forwarded', async () => {
     const upstreamCalls = main.calls.length;
     const delta = await ledgerDelta(async () => {
       const cases: Array<{ body: unknown; code: number }> = [
         { body: { jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params: ['0x1234', false] }, code: -32602 },
         { body: { jsonrpc: '2.0', id: 2, method: 'eth_getBlockByHash', params: [uniqueHash()] }, code: -32602 },
-        { body: { jsonrpc: '2.0', id: 3, method: 'eth_doesNotExist', params: [] }, code: -32601 },
+        { body: { jsonrpc: '2.0', id: 3, method: 'eth_sign', params: [] }, code: -32601 },
+        { body: { jsonrpc: '2.0', id: 6, method: 'not a method name', params: [] }, code: -32601 },
         { body: { jsonrpc: '1.0', id: 4, method: 'eth_getBlockByHash', params: [uniqueHash(), false] }, code: -32600 },
         { body: { jsonrpc: '2.0', id: 5, method: 42 }, code: -32600 },
       ];
@@ -427,10 +428,10 @@ describe('charging rule: answers cost their price, rejections and upstream failu
     const rows = await tg.store.usage({ teamId: tg.team.id, fromDay: today(), toDay: today() });
     expect(rows.find((row) => row.network === 'eth' && row.method === 'eth_blockNumber')).toMatchObject({ credits: 10, requests: 1 });
 
-    // Not listed on the other network: -32601, free.
+    // Not re-priced on the other network: the catalogue's price.
     const elsewhere = await rpc(tg.url('eth-priced'), call('eth_blockNumber'));
-    expect(elsewhere.body.error.code).toBe(-32601);
-    expect(creditsCost(elsewhere.headers)).toBe(0);
+    expect(elsewhere.body.error).toBeUndefined();
+    expect(creditsCost(elsewhere.headers)).toBe(80);
   });
 });
 
@@ -476,14 +477,14 @@ describe('credit headers follow the balance exactly', () => {
     await step(call('eth_chainId'), { status: 200, cost: 5, remaining: 295 });
     await step(blockCall(uniqueHash()), { status: 200, cost: 80, remaining: 215 });
 
-    // A batch costs the sum of its charged items: block 80 + chainId 5; invalid params, unknown
+    // A batch costs the sum of its charged items: block 80 + chainId 5; invalid params, a denied
     // method and the notification are free.
     const batch = await step(
       [
         blockCall(uniqueHash(), 1),
         call('eth_chainId', 2),
         { jsonrpc: '2.0', id: 3, method: 'eth_getBlockByHash', params: ['0xnothash', false] },
-        call('eth_nope', 4),
+        call('eth_sign', 4),
         { jsonrpc: '2.0', method: 'eth_getBlockByHash', params: [uniqueHash(), false] },
       ],
       { status: 200, cost: 85, remaining: 130 },

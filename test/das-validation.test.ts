@@ -205,10 +205,14 @@ describe('getAssetsByGroup validation: rule, code and message, in the reference 
     expect(positional.calls).toHaveLength(0);
   });
 
-  it('getAssetsByGroup is not offered on an EVM-style method name and vice versa', async () => {
-    const r = await rpc(tg.url('das-named'), { jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params: [`0x${'00'.repeat(32)}`, false] });
-    expect(r.body.error).toStrictEqual({ code: -32601, message: 'the method eth_getBlockByHash does not exist/is not available' });
-    expect(named.calls).toHaveLength(0);
+  it('an EVM method name on an asset network is not the EVM first-class method: passed through unvalidated at the unlisted price', async () => {
+    // Upper-case hex and a missing second argument: the EVM method would refuse or canonicalise them.
+    const params = [`0x${'AB'.repeat(32)}`];
+    const r = await rpc(tg.url('das-named'), { jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params });
+    expect(r.body).toStrictEqual({ jsonrpc: '2.0', id: 1, result: RESULT });
+    expect(r.headers.get('x-credits-cost')).toBe('80');
+    expect(named.calls).toHaveLength(1);
+    expect((named.calls[0]!.body as { method: string; params: unknown }).params).toStrictEqual(params);
   });
 });
 

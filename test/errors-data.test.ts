@@ -8,7 +8,9 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ERROR_REGISTRY, type GatewayErrorCode } from '../src/errors.js';
+import { generateKeyPairSync } from 'node:crypto';
 import { issueKey } from '../src/admin/key-issuer.js';
+import { applySettingsPatch } from '../src/auth/key-settings.js';
 import { rpc, startTestGateway, type TestGateway } from './helpers/gateway.js';
 import { useScriptedUpstreams } from './helpers/scripted-upstream.js';
 
@@ -110,8 +112,8 @@ describe('docs/errors.md data fields against what the gateway emits', () => {
         },
       ],
     });
-    const record = async (url: string, id: number): Promise<void> => {
-      const response = await rpc(url, call(id));
+    const record = async (url: string, id: number, headers?: Record<string, string>): Promise<void> => {
+      const response = await rpc(url, call(id), { headers });
       const error = response.body?.error as { data?: Record<string, unknown> } | undefined;
       // The request's log line names its TG_ERR_* code.
       const requestId = response.headers.get('x-request-id');
@@ -126,6 +128,14 @@ describe('docs/errors.md data fields against what the gateway emits', () => {
     // Credits: the team's quota is 1000 and nothing was charged; the key's own cap of 0 refuses first.
     const capped = await issueKey(tg.store, { teamId: tg.team.id, dailyCap: 0 });
     await record(tg.url('failing', capped.secret), 5); // TG_ERR_CREDITS_EXHAUSTED (scope key)
+    // Key settings: a method allowlist without this method; a key that requires a JWT, sent a malformed one.
+    const methodLimited = await issueKey(tg.store, { teamId: tg.team.id });
+    await tg.store.updateKey(methodLimited.key.id, { settings: applySettingsPatch(null, { allowedMethods: ['eth_chainId'] }) });
+    await record(tg.url('failing', methodLimited.secret), 8); // TG_ERR_KEY_SETTINGS
+    const jwtKey = generateKeyPairSync('ec', { namedCurve: 'P-256' }).publicKey.export({ type: 'spki', format: 'pem' }) as string;
+    const jwtOnly = await issueKey(tg.store, { teamId: tg.team.id });
+    await tg.store.updateKey(jwtOnly.key.id, { settings: applySettingsPatch(null, { requireJwt: true, jwtKeys: [{ id: 'k1', pem: jwtKey }] }) });
+    await record(tg.url('failing', jwtOnly.secret), 9, { authorization: 'Bearer not-a-jwt' }); // TG_ERR_INVALID_JWT
     // A bucket of 80 credits/s holds one call; the clock stands still, so the second is limited.
     await tg.store.updateTeam(tg.team.id, { creditsPerSecond: 80 });
     await record(tg.url('failing'), 6);
@@ -139,7 +149,15 @@ describe('docs/errors.md data fields against what the gateway emits', () => {
 
   it('drove every data-carrying error', () => {
     expect([...emitted.keys()].sort()).toEqual(
-      ['TG_ERR_CREDITS_EXHAUSTED', 'TG_ERR_NO_HEALTHY_UPSTREAM', 'TG_ERR_RATE_LIMITED', 'TG_ERR_UPSTREAMS_FAILED', 'TG_ERR_UPSTREAMS_TIMED_OUT'].sort(),
+      [
+        'TG_ERR_CREDITS_EXHAUSTED',
+        'TG_ERR_INVALID_JWT',
+        'TG_ERR_KEY_SETTINGS',
+        'TG_ERR_NO_HEALTHY_UPSTREAM',
+        'TG_ERR_RATE_LIMITED',
+        'TG_ERR_UPSTREAMS_FAILED',
+        'TG_ERR_UPSTREAMS_TIMED_OUT',
+      ].sort(),
     );
   });
 

@@ -62,6 +62,7 @@ describe('docs/errors.md', () => {
       TG_ERR_EMPTY_BATCH: [-32600, 200],
       TG_ERR_BATCH_TOO_LARGE: [-32600, 200],
       TG_ERR_METHOD_NOT_FOUND: [-32601, 200],
+      TG_ERR_METHOD_DISABLED: [-32601, 200],
       TG_ERR_NOT_FOUND: [-32600, 404],
       TG_ERR_HTTP_METHOD: [-32600, 405],
       TG_ERR_MEDIA_TYPE: [-32600, 415],

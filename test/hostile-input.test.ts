@@ -511,7 +511,7 @@ describe('6. ids are echoed as the bytes the client sent', () => {
     const batch = await fetch(tg.url('evm'), {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: `[{"id" : ${id} ,"jsonrpc":"2.0","method":"eth_chainId"},{"jsonrpc":"2.0","method":"nope","id":${id}}]`,
+      body: `[{"id" : ${id} ,"jsonrpc":"2.0","method":"eth_chainId"},{"jsonrpc":"2.0","method":"eth_sign","id":${id}}]`,
     });
     const batchText = await batch.text();
     expect(batchText.startsWith(`[{"jsonrpc":"2.0","id":${id},"result":"0x1"},{"jsonrpc":"2.0","id":${id},"error":`)).toBe(true);

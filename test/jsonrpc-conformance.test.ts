@@ -40,7 +40,9 @@ beforeAll(async () => {
   tg = await startTestGateway({
     config: { server: { host: '127.0.0.1', port: 0, maxBatchItems: MAX_BATCH_ITEMS, maxBodyBytes: MAX_BODY_BYTES } },
     networks: [
-      { id: 'evm', kind: 'evm', verification: 'off', chainId: 31337, upstreams: [{ id: 'scripted', url: upstream.url }] },
+      // `foo` is a method this network does not offer: its only upstream declares it does not serve it
+      // (any other unlisted name would be forwarded at the catalogue's price, docs/methods.md).
+      { id: 'evm', kind: 'evm', verification: 'off', chainId: 31337, upstreams: [{ id: 'scripted', url: upstream.url, methods: { deny: ['foo'] } }] },
       { id: 'evm-host', kind: 'evm', verification: 'off', chainId: 31338, baseUrls: ['evm.test.local'], upstreams: [{ id: 'host-scripted', url: hostUpstream.url }] },
     ],
   });

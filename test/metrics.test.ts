@@ -97,9 +97,10 @@ describe('GET /metrics after scripted traffic', () => {
           verification: 'off',
           chainId: 31337,
           // flaky is first in config order: the first forwarded call tries it, fails, and fails over.
+          // Neither serves `eth_madeUp*`: such a call is `-32601` (any other unlisted name would be forwarded).
           upstreams: [
-            { id: 'flaky', url: flaky.url },
-            { id: 'main', url: main.url },
+            { id: 'flaky', url: flaky.url, methods: { deny: ['eth_madeUp*'] } },
+            { id: 'main', url: main.url, methods: { deny: ['eth_madeUp*'] } },
           ],
           methods: { eth_call: 10 },
         },

@@ -8,6 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
 import { WebSocket } from '../src/websocket/ws-library.js';
+import { createPublicClient, http } from 'viem';
+import { readyText } from '../src/devnet/devnet.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { CLI, ROOT, ensureBuilt } from './helpers/build.js';
 
@@ -164,6 +166,16 @@ async function exerciseDevnet(info: DevnetInfo): Promise<void> {
   expect(replies[0][0]).toEqual({ jsonrpc: '2.0', id: 1, result: latest.body.result });
   expect(replies[0][1].result).toMatch(/^0x[0-9a-f]{32}$/);
   socket.close();
+  // The whole catalogue is served: what the printed viem snippet does works against this URL.
+  const printed = readyText({ ...info, anvilUrl: info.evmUpstreamUrl, dasUrl: info.assetUpstreamUrl, adminOrigin: 'http://127.0.0.1:1', adminToken: 't', blockHash: hash, collection });
+  expect(printed).toContain(`createPublicClient({ transport: http('${info.evmUrl}') })`);
+  expect(printed).toContain(`curl -s -X POST -H 'content-type: application/json' '${info.evmUrl}'`);
+  const client = createPublicClient({ transport: http(info.evmUrl) });
+  expect(await client.getBlockNumber()).toBe(BigInt(Number.parseInt((await call(info.evmUpstreamUrl, 'eth_blockNumber', [])).body.result as string, 16)));
+  expect(await client.getBalance({ address: '0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266' })).toBeGreaterThan(0n);
+  // Dev-node controls stay on anvil's side: denied on the gateway (the devnet seeded anvil directly).
+  const mine = await call(info.evmUrl, 'evm_mine', []);
+  expect(mine.body.error).toEqual({ code: -32601, message: 'the method evm_mine is disabled on this gateway' });
 }
 
 function assertDevnetLine(info: DevnetInfo): void {

@@ -10,8 +10,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { openStore, StoreConflictError, type ApiKey, type ChargeSubject, type LedgerResult, type Store, type StoreSnapshot, type Team } from '../src/store/index.js';
+import { openStore, StoreConflictError, type ApiKey, type KeySettings, type ChargeSubject, type LedgerResult, type Store, type StoreSnapshot, type Team } from '../src/store/index.js';
 import { useRedis } from './helpers/redis.js';
+import { EMPTY_SETTINGS } from '../src/auth/key-settings.js';
 
 // ---------------------------------------------------------------------------------------------
 // Drivers
@@ -201,6 +202,8 @@ describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (dri
         expiresAt: before + 60_000,
         revokedAt: null,
         createdAt: expect.any(Number),
+        settings: null,
+        hasKeySecret: false,
       });
       expect(a1.createdAt).toBeGreaterThanOrEqual(before);
       expect(a2).toMatchObject({ teamId: teamA.id, label: null, dailyCap: null, allowedNetworks: null, expiresAt: null, revokedAt: null });
@@ -208,7 +211,7 @@ describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (dri
 
       expect(await store.findKey(a1.id)).toEqual(a1);
       expect(await store.findKey('key_0000000000000000')).toBeNull();
-      expect(await store.findKeyBySecretHash(hashA1)).toEqual({ key: a1, team: teamA, secretValidUntil: null });
+      expect(await store.findKeyBySecretHash(hashA1)).toEqual({ key: a1, team: teamA, secretValidUntil: null, keySecretHash: null });
       expect(await store.findKeyBySecretHash(hash())).toBeNull();
 
       expect((await store.listKeys()).sort(byId)).toEqual([a1, a2, b1].sort(byId));
@@ -226,8 +229,38 @@ describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (dri
       const cleared = await store.updateKey(key.id, { label: null, dailyCap: null, allowedNetworks: null, expiresAt: null });
       expect(cleared).toEqual({ ...key, label: null, dailyCap: null, allowedNetworks: null, expiresAt: null });
       expect(await store.updateKey(key.id, {})).toEqual(cleared);
-      expect(await store.findKeyBySecretHash(secretHash)).toEqual({ key: cleared, team, secretValidUntil: null });
+      expect(await store.findKeyBySecretHash(secretHash)).toEqual({ key: cleared, team, secretValidUntil: null, keySecretHash: null });
       expect(await store.updateKey('key_0000000000000000', { label: 'x' })).toBeNull();
+    });
+
+    it('stores key settings and the key secret hash: set, replaced, cleared; other fields left alone; found with the key', async () => {
+      const { store, another } = await freshBacking(driver);
+      const { key, secretHash, team } = await teamWithKey(store, { dailyCredits: 1_000 }, { dailyCap: 100 });
+      const settings: KeySettings = {
+        allowedOrigins: ['https://app.example.com', 'https://*.example.org'],
+        allowedUserAgents: ['MyDapp'],
+        allowedIps: ['10.0.0.0/8', '2001:db8::/32'],
+        allowedMethods: ['eth_call', 'net_*'],
+        allowedAddresses: [`0x${'a'.repeat(40)}`],
+        requireSecret: true,
+        requireJwt: false,
+        jwtKeys: [{ id: 'k1', alg: 'ES256', jwk: { kty: 'EC', crv: 'P-256', x: 'x', y: 'y' } }],
+        jwtAudience: 'tollgate',
+      };
+      const keySecretHash = hash();
+      const updated = await store.updateKey(key.id, { settings, keySecretHash });
+      expect(updated).toEqual({ ...key, settings, hasKeySecret: true });
+      // Another handle (another process or replica) reads the same.
+      expect(await (await another()).findKeyBySecretHash(secretHash)).toEqual({ key: updated, team, secretValidUntil: null, keySecretHash });
+      expect(await store.updateKey(key.id, { label: 'renamed' })).toEqual({ ...updated, label: 'renamed' });
+      const narrowed = { ...settings, allowedMethods: ['eth_getBalance'] };
+      expect((await store.updateKey(key.id, { settings: narrowed }))!.settings).toEqual(narrowed);
+      const cleared = await store.updateKey(key.id, { settings: null, keySecretHash: null });
+      expect(cleared).toEqual({ ...key, label: 'renamed', settings: null, hasKeySecret: false });
+      expect((await store.findKeyBySecretHash(secretHash))!.keySecretHash).toBeNull();
+      const created = await store.createKey({ teamId: team.id, secretHash: hash(), settings });
+      expect(created.settings).toEqual(settings);
+      expect(await store.findKey(created.id)).toEqual(created);
     });
 
     it('revokes a key once: a second revoke keeps the first time; unknown ids give false', async () => {
@@ -246,8 +279,8 @@ describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (dri
       const { key, secretHash: first, team } = await teamWithKey(store, { dailyCredits: 1_000 });
       const second = hash();
       expect(await store.rotateKey(key.id, second, 5_000)).toBe(true);
-      expect(await store.findKeyBySecretHash(first)).toEqual({ key, team, secretValidUntil: 5_000 });
-      expect(await store.findKeyBySecretHash(second)).toEqual({ key, team, secretValidUntil: null });
+      expect(await store.findKeyBySecretHash(first)).toEqual({ key, team, secretValidUntil: 5_000, keySecretHash: null });
+      expect(await store.findKeyBySecretHash(second)).toEqual({ key, team, secretValidUntil: null, keySecretHash: null });
 
       const third = hash();
       expect(await store.rotateKey(key.id, third, 9_000)).toBe(true);
@@ -639,6 +672,13 @@ describe.each<[DriverName, DriverName]>([
     const keyRotated = await source.createKey({ teamId: teamB.id, secretHash: rotatedOld, label: 'rotated' });
     const graceUntil = Date.now() + 60_000;
     await source.rotateKey(keyRotated.id, rotatedNew, graceUntil);
+    // Key settings and the key secret's hash travel too.
+    const browserSecret = hash();
+    const browserKeySecret = hash();
+    const keyBrowser = (await source.updateKey(
+      (await source.createKey({ teamId: teamB.id, secretHash: browserSecret })).id,
+      { settings: { ...EMPTY_SETTINGS, allowedOrigins: ['https://app.example.com'], requireSecret: true }, keySecretHash: browserKeySecret },
+    ))!;
 
     await source.applyLedger([
       { type: 'charge', subject: subject(teamA, keyCapped), nowMs: Date.now() },
@@ -654,7 +694,7 @@ describe.each<[DriverName, DriverName]>([
     const snapshot = await source.exportSnapshot(TODAY);
     expect(snapshot.day).toBe(TODAY);
     expect(snapshot.teams).toHaveLength(2);
-    expect(snapshot.keys).toHaveLength(3);
+    expect(snapshot.keys).toHaveLength(4);
     expect(snapshot.usage.reduce((sum, row) => sum + row.credits, 0)).toBe(165);
     await target.importSnapshot(snapshot);
 
@@ -662,14 +702,15 @@ describe.each<[DriverName, DriverName]>([
     expect((await target.listTeams()).sort(byId)).toEqual([teamA, teamB].sort(byId));
     expect(await target.findTeam(teamA.name)).toEqual(teamA);
     expect((await target.listKeys()).sort(byId)).toEqual((await source.listKeys()).sort(byId));
-    expect((await target.listKeys({ teamId: teamB.id })).map((key) => key.id)).toEqual([keyRotated.id]);
+    expect((await target.listKeys({ teamId: teamB.id })).map((key) => key.id).sort()).toEqual([keyRotated.id, keyBrowser.id].sort());
+    expect(await target.findKeyBySecretHash(browserSecret)).toEqual({ key: keyBrowser, team: teamB, secretValidUntil: null, keySecretHash: browserKeySecret });
 
     // Secrets: an issued key is still found by its secret's hash, with its rotation bound and revocation.
-    expect(await target.findKeyBySecretHash(capped.secretHash)).toEqual({ key: keyCapped, team: teamA, secretValidUntil: null });
+    expect(await target.findKeyBySecretHash(capped.secretHash)).toEqual({ key: keyCapped, team: teamA, secretValidUntil: null, keySecretHash: null });
     expect((await target.findKeyBySecretHash(revokedHash))!.key.revokedAt).toBe((await source.findKey(keyRevoked.id))!.revokedAt);
     expect((await target.findKeyBySecretHash(revokedHash))!.key.revokedAt).not.toBeNull();
-    expect(await target.findKeyBySecretHash(rotatedOld)).toEqual({ key: keyRotated, team: teamB, secretValidUntil: graceUntil });
-    expect(await target.findKeyBySecretHash(rotatedNew)).toEqual({ key: keyRotated, team: teamB, secretValidUntil: null });
+    expect(await target.findKeyBySecretHash(rotatedOld)).toEqual({ key: keyRotated, team: teamB, secretValidUntil: graceUntil, keySecretHash: null });
+    expect(await target.findKeyBySecretHash(rotatedNew)).toEqual({ key: keyRotated, team: teamB, secretValidUntil: null, keySecretHash: null });
 
     // Today's usage rows and day totals (team and key) came along; yesterday and reservations did not.
     expect(await target.usage({ fromDay: TODAY, toDay: TODAY })).toEqual(await source.usage({ fromDay: TODAY, toDay: TODAY }));

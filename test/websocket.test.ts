@@ -11,7 +11,7 @@ import { WebSocketProvider } from 'ethers';
 import { startAnvil, type AnvilNode } from '../src/devnet/anvil.js';
 import { issueKey } from '../src/admin/key-issuer.js';
 import { directRpc } from './helpers/anvil.js';
-import { rpc, startTestGateway, type TestGateway } from './helpers/gateway.js';
+import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
 import { startWsProxy, type WsProxy } from './helpers/ws-proxy.js';
 
 // anvil's first dev account (public test key of every anvil).
@@ -50,8 +50,12 @@ interface Client {
 
 let ids = 1000;
 function openClient(url: string): Promise<Client> {
+  return openClientWith(url, {});
+}
+
+function openClientWith(url: string, options: { origin?: string; headers?: Record<string, string> }): Promise<Client> {
   return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, { perMessageDeflate: false });
+    const ws = new WebSocket(url, { perMessageDeflate: false, ...options });
     const messages: any[] = [];
     const waiters = new Set<() => void>();
     ws.on('message', (data: Buffer) => {
@@ -207,15 +211,73 @@ describe('WebSocket endpoint: requests and clients', () => {
     expect(gateway.logLines.filter((line) => line.includes(gateway.apiKey) || line.includes(secret))).toEqual([]);
   });
 
+  it('checks the key settings at the upgrade (origin, user agent, secret) and the method and address rules per message', async () => {
+    const settings = {
+      allowedOrigins: ['https://app.example.com'],
+      allowedUserAgents: [],
+      allowedIps: [],
+      allowedMethods: ['eth_blockNumber', 'eth_subscribe', 'eth_unsubscribe'],
+      allowedAddresses: ['0x00000000000000000000000000000000000000aa'],
+      requireSecret: false,
+      requireJwt: false,
+      jwtKeys: [],
+      jwtAudience: null,
+    };
+    const { secret } = await issueKey(gateway.store, { teamId: gateway.team.id, settings });
+    const url = wsUrl(gateway, 'eth', secret);
+    const withOrigin = (origin?: string) =>
+      new Promise<{ status: number; body: any } | 'open'>((resolve) => {
+        const ws = new WebSocket(url, origin === undefined ? {} : { origin });
+        ws.once('open', () => {
+          ws.close();
+          resolve('open');
+        });
+        ws.once('error', () => undefined);
+        ws.once('unexpected-response', (_req, res) => {
+          let text = '';
+          res.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) }));
+        });
+      });
+    expect(await withOrigin('https://evil.example.org')).toMatchObject({ status: 403, body: { error: { code: -32002, data: { rule: 'origin' } } } });
+    expect(await withOrigin(undefined)).toMatchObject({ status: 403, body: { error: { data: { rule: 'origin' } } } });
+    expect(await withOrigin('https://app.example.com')).toBe('open');
+
+    const client = await openClientWith(url, { origin: 'https://app.example.com' });
+    expect((await client.call('eth_blockNumber')).result).toMatch(/^0x/);
+    expect((await client.call('eth_chainId')).error).toMatchObject({ code: -32002, data: { rule: 'method' } });
+    expect((await client.call('eth_subscribe', ['newHeads'])).result).toMatch(/^0x/);
+    expect((await client.call('eth_subscribe', ['logs', { address: '0x00000000000000000000000000000000000000bb' }])).error).toMatchObject({ code: -32002, data: { rule: 'address' } });
+    expect((await client.call('eth_subscribe', ['logs', { address: '0x00000000000000000000000000000000000000AA' }])).result).toMatch(/^0x/);
+    client.ws.close();
+
+    // A key that requires its key secret, made through the admin API (which issues that secret once).
+    const created = await fetch(`${gateway.gateway.adminOrigin}/v1/teams/${gateway.team.id}/keys`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ settings: { requireSecret: true } }),
+    }).then(async (response) => (await response.json()) as { secret: string; keySecret: string });
+    const noSecret = await refusedUpgrade(wsUrl(gateway, 'eth', created.secret));
+    expect(noSecret.status).toBe(401);
+    expect(noSecret.body.error).toMatchObject({ code: -32016, message: 'invalid API key secret' });
+    // The key secret as HTTP Basic credentials (empty user) on the upgrade, as over HTTP.
+    const basic = await openClientWith(wsUrl(gateway, 'eth', created.secret), { headers: { authorization: `Basic ${Buffer.from(`:${created.keySecret}`).toString('base64')}` } });
+    expect((await basic.call('eth_blockNumber')).result).toMatch(/^0x/);
+    basic.ws.close();
+  });
+
   it('viem webSocket(): getBlockNumber, watchBlocks and watchContractEvent see what anvil has', async () => {
     const client = createPublicClient({ chain: foundry, transport: webSocket(wsUrl(gateway, 'eth')) });
     expect(await client.getBlockNumber()).toBe(BigInt(await directRpc(anvil.url, 'eth_blockNumber', []) as string));
     const address = await deployPing(anvil);
     const blocks: Array<{ number: bigint; hash: string }> = [];
     const logs: Array<{ blockHash: string; logIndex: number; transactionHash: string }> = [];
+    const logSubscriptionsBefore = proxy.subscribeCalls.filter((call) => call === 'logs').length;
     const stopBlocks = client.watchBlocks({ onBlock: (block) => blocks.push({ number: block.number!, hash: block.hash! }) });
     const stopLogs = client.watchContractEvent({ address, abi: [PING_EVENT], eventName: 'Ping', onLogs: (found) => logs.push(...(found as any[])) });
-    await until(() => proxy.subscribeCalls.includes('logs'), 10_000, 'the upstream logs subscription');
+    // This filter's own upstream subscription (an earlier test's may still be open).
+    await until(() => proxy.subscribeCalls.filter((call) => call === 'logs').length > logSubscriptionsBefore, 10_000, 'the upstream logs subscription');
+    await new Promise((resolve) => setTimeout(resolve, 100));
     const sent: string[] = [];
     for (let index = 0; index < 4; index += 1) sent.push(await ping(anvil, address));
     await until(() => logs.length >= 4 && blocks.length >= 4, 10_000, 'four blocks and four logs');
@@ -495,7 +557,7 @@ describe('WebSocket bounds, throughput and metrics', () => {
     await new Promise((resolve) => setTimeout(resolve, 100));
     await mine(anvil, 1);
     await client.next((message) => message.method === 'eth_subscription');
-    const scrape = async () => (await fetch(`${gateway.gateway.adminOrigin}/metrics`, { headers: { authorization: 'Bearer test-admin-token-0123456789' } })).text();
+    const scrape = async () => (await fetch(`${gateway.gateway.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } })).text();
     const text = await scrape();
     expect(text).toMatch(/tollgate_ws_connections\{network="eth"\} 1/);
     expect(text).toMatch(/tollgate_ws_subscriptions\{network="eth",type="newHeads"\} 1/);

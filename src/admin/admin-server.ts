@@ -38,6 +38,8 @@ const keyFields = {
   allowedNetworks: z.array(z.string().min(1)).nullable().optional(),
   /** ISO-8601 instant or null. */
   expiresAt: z.iso.datetime({ offset: true }).nullable().optional(),
+  /** Allowlists, secret and JWT settings; checked field by field by the admin service (docs/keys.md). */
+  settings: z.record(z.string(), z.unknown()).optional(),
 };
 const keyCreate = z.strictObject(keyFields);
 const keyUpdate = z.strictObject(keyFields);
@@ -85,9 +87,10 @@ export function adminApiRoutes(admin: AdminService, options: { defaultRotationGr
       path: '/v1/keys/:key',
       handle: async ({ params, body }) => {
         const input = parse(keyUpdate, body);
-        return { body: { key: await admin.updateKey(params.key!, { ...input, expiresAt: expiresAtMs(input.expiresAt) }) } };
+        return { body: await admin.updateKey(params.key!, { ...input, expiresAt: expiresAtMs(input.expiresAt) }) };
       },
     },
+    { method: 'POST', path: '/v1/keys/:key/secret', handle: async ({ params }) => ({ body: await admin.issueKeySecret(params.key!) }) },
     {
       method: 'POST',
       path: '/v1/keys/:key/rotate',

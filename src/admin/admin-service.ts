@@ -1,4 +1,5 @@
-import { generateSecret, hashSecret } from '../auth/api-key.js';
+import { generateKeySecret, generateSecret, hashSecret } from '../auth/api-key.js';
+import { applySettingsPatch, KeySettingsError } from '../auth/key-settings.js';
 import { issueKey } from './key-issuer.js';
 import { utcDay } from '../metering/meter.js';
 import type { ApiKey, KeyDirectory, KeyPatch, NewKey, Team, TeamPatch, UsageReports, UsageRow } from '../store/index.js';
@@ -37,6 +38,15 @@ export interface UsageReport {
   rows: UsageRow[];
 }
 
+/** A key change as operators submit it: `settings` is checked and merged here (docs/keys.md). */
+export type KeyUpdate = Omit<KeyPatch, 'settings' | 'keySecretHash'> & { settings?: unknown };
+
+/** A key, and its key secret when this call issued one (shown this once). */
+export interface UpdatedKey {
+  key: ApiKey;
+  keySecret?: string;
+}
+
 const DAY = /^\d{4}-\d{2}-\d{2}$/;
 const MAX_REPORT_DAYS = 366;
 
@@ -45,14 +55,27 @@ export interface AdminService {
   listTeams(): Promise<Team[]>;
   getTeam(idOrName: string): Promise<Team>;
   updateTeam(idOrName: string, patch: TeamPatch): Promise<Team>;
-  issueKey(teamIdOrName: string, key: Omit<NewKey, 'secretHash' | 'teamId'>): Promise<IssuedKey>;
+  issueKey(teamIdOrName: string, key: Omit<NewKey, 'secretHash' | 'teamId' | 'settings'> & { settings?: unknown }): Promise<IssuedKey & { keySecret?: string }>;
   listKeys(teamIdOrName?: string): Promise<ApiKey[]>;
   getKey(id: string): Promise<ApiKey>;
-  updateKey(id: string, patch: KeyPatch): Promise<ApiKey>;
+  /** Changes a key; turning `requireSecret` on for a key without a key secret issues one. */
+  updateKey(id: string, patch: KeyUpdate): Promise<UpdatedKey>;
+  /** Issues a new key secret (the previous one stops working at once). */
+  issueKeySecret(id: string): Promise<{ key: ApiKey; keySecret: string }>;
   /** New secret; the old one keeps working for `gracePeriodMs` (0: stops at once). */
   rotateKey(id: string, gracePeriodMs: number): Promise<IssuedKey & { previousSecretValidUntil: string }>;
   revokeKey(id: string): Promise<ApiKey>;
   usage(query: { team?: string; key?: string; from?: string; to?: string; days?: number }): Promise<UsageReport>;
+}
+
+/** Merged settings, or a 400 naming the field that is wrong. */
+function validSettings(current: ApiKey['settings'], input: unknown): ApiKey['settings'] {
+  try {
+    return applySettingsPatch(current, input);
+  } catch (error) {
+    if (error instanceof KeySettingsError) throw new AdminError(400, error.message);
+    throw error;
+  }
 }
 
 export function createAdminService(store: KeyDirectory & UsageReports, options: { now?: () => number; onChange?: () => void } = {}): AdminService {
@@ -92,18 +115,42 @@ export function createAdminService(store: KeyDirectory & UsageReports, options: 
     },
     async issueKey(teamIdOrName, input) {
       const owner = await team(teamIdOrName);
-      return issueKey(store, { ...input, teamId: owner.id });
+      const { settings: settingsInput, ...fields } = input;
+      const settings = settingsInput === undefined ? null : validSettings(null, settingsInput);
+      const issued = await issueKey(store, { ...fields, teamId: owner.id, settings });
+      if (settings?.requireSecret !== true) return issued;
+      const keySecret = generateKeySecret();
+      const key = await store.updateKey(issued.key.id, { keySecretHash: hashSecret(keySecret) });
+      return { ...issued, key: key!, keySecret };
     },
     async listKeys(teamIdOrName) {
       if (teamIdOrName === undefined) return store.listKeys();
       return store.listKeys({ teamId: (await team(teamIdOrName)).id });
     },
     getKey: key,
-    async updateKey(id, patch) {
-      await key(id);
+    async updateKey(id, input) {
+      const existing = await key(id);
+      const { settings: settingsInput, ...fields } = input;
+      const patch: KeyPatch = { ...fields };
+      let keySecret: string | undefined;
+      if (settingsInput !== undefined) {
+        patch.settings = validSettings(existing.settings, settingsInput);
+        if (patch.settings?.requireSecret === true && !existing.hasKeySecret) {
+          keySecret = generateKeySecret();
+          patch.keySecretHash = hashSecret(keySecret);
+        }
+      }
       const updated = await store.updateKey(id, patch);
       changed();
-      return updated!;
+      return keySecret === undefined ? { key: updated! } : { key: updated!, keySecret };
+    },
+    async issueKeySecret(id) {
+      const existing = await key(id);
+      if (existing.revokedAt !== null) throw new AdminError(409, `key "${id}" is revoked`);
+      const keySecret = generateKeySecret();
+      const updated = await store.updateKey(id, { keySecretHash: hashSecret(keySecret) });
+      changed();
+      return { key: updated!, keySecret };
     },
     async rotateKey(id, gracePeriodMs) {
       const existing = await key(id);

@@ -10,6 +10,14 @@ export function generateSecret(): string {
   return `${SECRET_PREFIX}${randomBytes(24).toString('base64url')}`;
 }
 
+/**
+ * Key secrets (HTTP Basic, docs/keys.md): `tgs_` + 32 URL-safe characters, a second credential of
+ * a key for server-side use, stored only as its SHA-256 like the key itself.
+ */
+export function generateKeySecret(): string {
+  return `tgs_${randomBytes(24).toString('base64url')}`;
+}
+
 export function hashSecret(secret: string): string {
   // One-shot `hash` (Node ≥ 20.12): about half the cost of a Hash object, once per request.
   return hash('sha256', secret, 'hex');

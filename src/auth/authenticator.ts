@@ -2,6 +2,7 @@ import { LRUCache } from 'lru-cache';
 import { GatewayError } from '../errors.js';
 import type { KeyDirectory, KeyWithTeam } from '../store/index.js';
 import { hashSecret } from './api-key.js';
+import type { KeyPolicy } from './key-policy.js';
 
 /**
  * Turns the secret from the URL into a key and its team, or a `-32016`/`-32002` error.
@@ -17,9 +18,19 @@ export interface AuthenticatorOptions {
   ttlMs: number;
   maxEntries: number;
   now?: () => number;
+  /**
+   * Compiles a loaded key's settings into its checks (key-policy.ts), once per store read; a key
+   * without settings gets none, so its requests check nothing.
+   */
+  compilePolicy?: (found: KeyWithTeam) => KeyPolicy | undefined;
 }
 
-type CachedLookup = { found: KeyWithTeam } | { found: null };
+/** A key and its team as authentication found them, with the key's compiled settings. */
+export interface AuthenticatedKey extends KeyWithTeam {
+  policy: KeyPolicy | undefined;
+}
+
+type CachedLookup = { found: AuthenticatedKey } | { found: null };
 
 export interface Authenticator {
   /**
@@ -27,7 +38,7 @@ export interface Authenticator {
    * out. Answers synchronously from the cache (the common case: no promise on the hot path);
    * returns a promise when the store has to be asked. Errors are thrown either way.
    */
-  authenticate(secret: string): KeyWithTeam | Promise<KeyWithTeam>;
+  authenticate(secret: string): AuthenticatedKey | Promise<AuthenticatedKey>;
   /** Drops every cached lookup (after an admin change that this process made). */
   clear(): void;
 }
@@ -57,7 +68,7 @@ export function createAuthenticator(store: Pick<KeyDirectory, 'findKeyBySecretHa
         .findKeyBySecretHash(hashSecret(secret))
         .then(
           (found): CachedLookup => {
-            const entry: CachedLookup = { found };
+            const entry: CachedLookup = { found: found === null ? null : { ...found, policy: options.compilePolicy?.(found) } };
             cache?.set(secret, entry);
             return entry;
           },
@@ -74,7 +85,7 @@ export function createAuthenticator(store: Pick<KeyDirectory, 'findKeyBySecretHa
     return inFlight;
   }
 
-  function check({ found }: CachedLookup): KeyWithTeam {
+  function check({ found }: CachedLookup): AuthenticatedKey {
     if (found === null) throw new GatewayError('TG_ERR_INVALID_KEY');
     const { key, secretValidUntil } = found;
     // A rotated-out secret works until its grace period ends.

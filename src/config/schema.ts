@@ -1,4 +1,6 @@
 import { z } from 'zod';
+import { methodSettingsIssues } from '../methods/catalogue.js';
+import { isIpRange, isOriginPattern } from '../auth/key-settings.js';
 
 /**
  * The one schema of the gateway's YAML configuration. Types, defaults and validation all come
@@ -15,6 +17,8 @@ const credits = z.number().int().min(0);
 
 /** A JSON-RPC method name as it appears on the wire. */
 const methodName = z.string().regex(/^[A-Za-z][A-Za-z0-9_]*$/, 'a JSON-RPC method name');
+/** A method name or a glob of them: `*` matches any run of characters (`debug_*`). */
+const methodGlob = z.string().regex(/^[A-Za-z0-9_*]+$/, 'a JSON-RPC method name or a glob such as debug_*');
 
 /**
  * `host[:port][/prefix]` or `*[/prefix]`: which Host header and path prefix select a network.
@@ -48,6 +52,8 @@ const upstreamSchema = z.strictObject({
   params: z.enum(['named', 'positional']).default('named'),
   /** Share of the first attempts this upstream gets under `selection: weighted` (0: only as a fallback). */
   weight: z.number().min(0).default(1),
+  /** Methods this upstream does not serve (names or globs); routing skips it for them. See docs/methods.md. */
+  methods: z.strictObject({ deny: z.array(methodGlob).default([]) }).prefault({}),
 });
 
 const circuitBreakerSchema = z.strictObject({
@@ -114,10 +120,15 @@ const networkSchema = z.strictObject({
   baseUrls: z.array(baseUrl).min(1),
   upstreams: z.array(upstreamSchema).min(1),
   /**
-   * Credits per method on this network. Overrides the built-in costs of the first-class methods,
-   * and lists extra pass-through methods the network offers (forwarded unvalidated).
+   * Credits per method on this network: re-prices a catalogue method or adds one (forwarded
+   * unvalidated); the key `"*"` prices every method neither listed here nor in the catalogue
+   * (default 80). See docs/methods.md.
    */
-  methods: z.record(methodName, credits).default({}),
+  methods: z.record(z.union([methodName, z.literal('*')]), credits).default({}),
+  /** Methods (names or globs) this network refuses with `-32601`, on top of the default-denied ones. */
+  denyMethods: z.array(methodGlob).default([]),
+  /** Default-denied methods (names or globs, e.g. `txpool_*`) this network serves after all. */
+  allowMethods: z.array(methodGlob).default([]),
   /**
    * Deadline of a whole request (all failover attempts) on this network. At most 5 minutes, and
    * shorter than `credits.staleReservationMs`, so no request outlives its reservation.
@@ -219,6 +230,24 @@ export const configSchema = z
         keepAliveTimeoutMs: positiveInt.default(65_000),
         /** On SIGTERM, how long in-flight requests may take to finish before connections are cut. */
         drainTimeoutMs: positiveInt.default(25_000),
+        /**
+         * Addresses or CIDR ranges of the reverse proxies in front of the gateway. `X-Forwarded-For`
+         * is believed only from these (walked right to left, skipping them); the IP rule of a key
+         * otherwise sees the connection's own address. Default: none.
+         */
+        trustedProxies: z.array(z.string().refine(isIpRange, 'an IPv4 or IPv6 address or CIDR range')).default([]),
+        /** Browsers calling RPC paths from web pages (docs/keys.md). */
+        cors: z
+          .strictObject({
+            /**
+             * Origins whose pages may call the gateway and read its answers: `*` (any, the
+             * default), or patterns as in a key's `allowedOrigins`. A key's own list narrows this.
+             */
+            allowedOrigins: z.array(z.string().refine((entry) => entry === '*' || isOriginPattern(entry), 'an origin pattern or *')).min(1).default(['*']),
+            /** `Access-Control-Max-Age` of preflight answers, in seconds (Chromium caps it at 7200). */
+            maxAgeSeconds: z.number().int().min(0).max(86_400).default(600),
+          })
+          .prefault({}),
         /** The WebSocket endpoint `{base_url}/ws/v3/<key>` on the RPC listener (docs/websocket.md). */
         websocket: websocketSchema.prefault({}),
       })
@@ -234,6 +263,8 @@ export const configSchema = z
         keyCacheMaxEntries: positiveInt.default(100_000),
         /** How long a rotated-out secret keeps working when a rotation does not say. */
         rotationGraceMs: z.number().int().min(0).default(0),
+        /** Verified JWTs remembered (until their `exp`) so a repeated token costs no signature check. */
+        jwtCacheMaxEntries: positiveInt.default(10_000),
       })
       .prefault({}),
     store: storeSchema.prefault({ driver: 'sqlite' }),
@@ -303,6 +334,9 @@ export const configSchema = z
           path: ['networks', index, 'requestTimeoutMs'],
           message: `must be shorter than credits.staleReservationMs (${config.credits.staleReservationMs}), or the sweep would refund a request still running`,
         });
+      }
+      for (const issue of methodSettingsIssues(network)) {
+        ctx.addIssue({ code: 'custom', path: ['networks', index, ...issue.path], message: issue.message });
       }
       if (network.kind === 'evm' && network.chainId === undefined) {
         ctx.addIssue({ code: 'custom', path: ['networks', index, 'chainId'], message: 'EVM networks need a chainId' });

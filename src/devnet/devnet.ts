@@ -111,35 +111,63 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
       return;
     }
     const blockHash = seed.blocksWithTransactions.at(-1) ?? seed.blockHashes.at(-1) ?? '';
-    const collection = collections[0] ?? '';
     process.stdout.write(
-      [
-        '',
-        'Tollgate devnet is running.',
-        '',
-        `  EVM network   ${evmUrl}`,
-        `  EVM websocket ${evmWsUrl}   (eth_subscribe newHeads, logs, newPendingTransactions)`,
-        `  DAS network   ${assetUrl}`,
-        `  demo API key  ${apiKey}   (team "${DEMO_TEAM}", ${DEMO_DAILY_CREDITS.toLocaleString('en-US')} credits a day)`,
-        `  upstreams     anvil ${anvil.url}, sample DAS ${das.url}`,
-        `  admin API     ${gateway.adminOrigin}   (Authorization: Bearer ${adminToken})`,
-        '',
-        'Try:',
-        '',
-        `  curl -s -X POST -H 'content-type: application/json' '${evmUrl}' \\`,
-        `    -d '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByHash","params":["${blockHash}",false]}'`,
-        '',
-        `  curl -s -X POST -H 'content-type: application/json' '${assetUrl}' \\`,
-        `    -d '{"jsonrpc":"2.0","id":1,"method":"getAssetsByGroup","params":{"groupKey":"collection","groupValue":"${collection}","limit":2}}'`,
-        '',
-        `  curl -s -H 'authorization: Bearer ${adminToken}' '${gateway.adminOrigin}/v1/usage?team=${DEMO_TEAM}'`,
-        '',
-        'Ctrl-C stops everything.',
-        '',
-      ].join('\n'),
+      readyText({ evmUrl, evmWsUrl, assetUrl, apiKey, anvilUrl: anvil.url, dasUrl: das.url, adminOrigin: gateway.adminOrigin, adminToken, blockHash, collection: collections[0] ?? '' }),
     );
   } catch (error) {
     process.stderr.write(`tollgate devnet: ${(error as Error).message}\n`);
     await stop(1);
   }
+}
+
+export interface ReadyTextInput {
+  evmUrl: string;
+  evmWsUrl: string;
+  assetUrl: string;
+  apiKey: string;
+  anvilUrl: string;
+  dasUrl: string;
+  adminOrigin: string;
+  adminToken: string;
+  blockHash: string;
+  collection: string;
+}
+
+/** What `tollgate devnet` prints when it is ready (without `--json`): URLs, curl lines and a viem snippet. */
+export function readyText(input: ReadyTextInput): string {
+  const { evmUrl, evmWsUrl, assetUrl, apiKey, anvilUrl, dasUrl, adminOrigin, adminToken, blockHash, collection } = input;
+  return [
+    '',
+    'Tollgate devnet is running.',
+    '',
+    `  EVM network   ${evmUrl}`,
+    `  EVM websocket ${evmWsUrl}   (also eth_subscribe: newHeads, logs, newPendingTransactions)`,
+    `  DAS network   ${assetUrl}`,
+    `  demo API key  ${apiKey}   (team "${DEMO_TEAM}", ${DEMO_DAILY_CREDITS.toLocaleString('en-US')} credits a day)`,
+    `  upstreams     anvil ${anvilUrl}, sample DAS ${dasUrl}`,
+    `  admin API     ${adminOrigin}   (Authorization: Bearer ${adminToken})`,
+    '',
+    'Every method of the catalogue is served (docs/methods.md); dev-node controls such as evm_mine',
+    `are denied on the gateway: send those to anvil itself (${anvilUrl}).`,
+    '',
+    'Try:',
+    '',
+    `  curl -s -X POST -H 'content-type: application/json' '${evmUrl}' \\`,
+    `    -d '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByHash","params":["${blockHash}",false]}'`,
+    '',
+    `  curl -s -X POST -H 'content-type: application/json' '${assetUrl}' \\`,
+    `    -d '{"jsonrpc":"2.0","id":1,"method":"getAssetsByGroup","params":{"groupKey":"collection","groupValue":"${collection}","limit":2}}'`,
+    '',
+    `  curl -s -H 'authorization: Bearer ${adminToken}' '${adminOrigin}/v1/usage?team=${DEMO_TEAM}'`,
+    '',
+    'or, from a dapp (viem):',
+    '',
+    `  import { createPublicClient, http, webSocket } from 'viem';`,
+    `  const client = createPublicClient({ transport: http('${evmUrl}') });`,
+    `  console.log(await client.getBlockNumber(), await client.getBalance({ address: '0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266' }));`,
+    `  createPublicClient({ transport: webSocket('${evmWsUrl}') }).watchBlocks({ onBlock: (block) => console.log(block.number) });`,
+    '',
+    'Ctrl-C stops everything.',
+    '',
+  ].join('\n');
 }

@@ -2,24 +2,33 @@ import type { NetworkConfig, NetworkKind, UpstreamConfig } from '../config/schem
 import { parseBlockByHashParams, type BlockByHashQuery } from './eth-get-block-by-hash.js';
 import { verifyBlock, type BlockVerification } from '../verification/block-verifier.js';
 import { parseAssetsByGroupParams, serialiseAssetsByGroupParams } from './get-assets-by-group.js';
+import { CATALOGUE, createDenyRule, globsMatcher } from './catalogue.js';
 import { GatewayError } from '../errors.js';
 
 /**
  * What the gateway knows about each method a network offers: its cost, how its params are
- * validated and normalised (once per request), and how they are sent to a given upstream.
+ * validated and normalised (once per request), and how they are sent to a given upstream. The
+ * methods and default prices come from the catalogue (./catalogue.ts, DESIGN §1.3); a few
+ * first-class methods have their own preparers here, every other method passes through.
  */
 
-export const DEFAULT_METHOD_COSTS: Readonly<Record<string, number>> = {
-  getAssetsByGroup: 160,
-  eth_getBlockByHash: 80,
-  eth_chainId: 5,
-  net_version: 5,
-};
+/** Default prices of the catalogue methods of both kinds (a network's `methods` overrides them). */
+export const DEFAULT_METHOD_COSTS: Readonly<Record<string, number>> = Object.fromEntries(
+  Object.values(CATALOGUE).flatMap((catalogue) => catalogue.groups.flatMap((group) => group.methods.map((method) => [method, group.credits]))),
+);
 
-/** Cost of an extra pass-through method listed in a network's `methods` without a built-in price. */
+/** Cost of a method that is neither in the catalogue nor configured, unless a network's `methods["*"]` says otherwise. */
 export const DEFAULT_PASS_THROUGH_COST = 80;
 
-export type PreparedCall =
+/**
+ * Names an unlisted method may have to be forwarded: what JSON-RPC method names look like. Anything
+ * else (spaces, control characters, a megabyte of text) is `-32601` and never reaches an upstream.
+ */
+const FORWARDABLE_NAME = /^[A-Za-z][A-Za-z0-9_]{0,99}$/;
+/** Unlisted method names whose decision is remembered; beyond this the memo starts over. */
+const UNLISTED_MEMO_ENTRIES = 1024;
+
+export type PreparedCall = (
   | {
       kind: 'block';
       method: 'eth_getBlockByHash';
@@ -34,7 +43,16 @@ export type PreparedCall =
     }
   | { kind: 'assets'; method: 'getAssetsByGroup'; cost: number; query: ReturnType<typeof parseAssetsByGroupParams> }
   | { kind: 'local'; method: string; cost: number; result: unknown }
-  | { kind: 'pass-through'; method: string; cost: number; params: unknown };
+  | { kind: 'pass-through'; method: string; cost: number; params: unknown }
+) & {
+  /**
+   * The ids of the upstreams that serve this method, when some of the network's upstreams deny it
+   * (`upstreams[].methods.deny`); absent when every upstream serves it. Routing tries no other.
+   */
+  servedBy?: ReadonlySet<string>;
+  /** Neither in the catalogue nor configured: usage and metrics count it as `other` (bounded labels). */
+  unlisted?: true;
+};
 
 type Preparer = (params: unknown, cost: number) => PreparedCall;
 
@@ -81,27 +99,106 @@ function passThrough(method: string): Preparer {
 }
 
 export interface MethodTable {
-  /** Validates params and prices the call; throws `TG_ERR_METHOD_NOT_FOUND` / param errors. */
-  prepare(method: string, params: unknown): PreparedCall;
+  /**
+   * Validates params and prices the call; throws `TG_ERR_METHOD_NOT_FOUND` / `TG_ERR_METHOD_DISABLED`
+   * for a method this network does not serve, then `paramsError` (params over the envelope's
+   * bounds) if given, then the method's own param errors.
+   */
+  prepare(method: string, params: unknown, paramsError?: GatewayError): PreparedCall;
+  /**
+   * Whether the method is one this network knows by name (its catalogue, its config): such
+   * names are used as metric labels and logged as they are; every other name is `other`.
+   */
   has(method: string): boolean;
 }
 
-/** The methods one network offers, built once per config (re)load. */
+/** A method's decision on one network: served at a price, or refused with an error. */
+type Entry =
+  | { served: true; cost: number; prepare: Preparer; servedBy: ReadonlySet<string> | undefined; unlisted: boolean }
+  | { served: false; code: 'TG_ERR_METHOD_NOT_FOUND' | 'TG_ERR_METHOD_DISABLED' };
+
+const NOT_FOUND: Entry = Object.freeze({ served: false, code: 'TG_ERR_METHOD_NOT_FOUND' });
+const DISABLED: Entry = Object.freeze({ served: false, code: 'TG_ERR_METHOD_DISABLED' });
+
+function refusal(method: string, code: 'TG_ERR_METHOD_NOT_FOUND' | 'TG_ERR_METHOD_DISABLED'): GatewayError {
+  return new GatewayError(
+    code,
+    code === 'TG_ERR_METHOD_DISABLED' ? `the method ${method} is disabled on this gateway` : `the method ${method} does not exist/is not available`,
+  );
+}
+
+/**
+ * The methods one network offers, built once per config (re)load: every catalogue and configured
+ * method is decided here (price, denial, which upstreams serve it), so a call costs one Map
+ * lookup. Unlisted names are decided on first sight and remembered in a bounded memo.
+ */
 export function createMethodTable(network: NetworkConfig): MethodTable {
-  const entries = new Map<string, { cost: number; prepare: Preparer }>();
-  for (const [method, build] of Object.entries(BUILT_IN[network.kind])) {
-    entries.set(method, { cost: network.methods[method] ?? DEFAULT_METHOD_COSTS[method] ?? DEFAULT_PASS_THROUGH_COST, prepare: build(network) });
+  const catalogue = CATALOGUE[network.kind];
+  const deniedBy = createDenyRule(network.kind, network);
+  const upstreamDenies = network.upstreams.map((upstream) => ({ id: upstream.id, denies: globsMatcher(upstream.methods.deny) }));
+  const unlistedCost = network.methods['*'] ?? catalogue.unlistedCredits;
+
+  /** Undefined: every upstream serves it; an empty set: none does. */
+  function servedBy(method: string): ReadonlySet<string> | undefined {
+    const serving = upstreamDenies.filter((upstream) => upstream.denies?.(method) !== true);
+    return serving.length === upstreamDenies.length ? undefined : new Set(serving.map((upstream) => upstream.id));
+  }
+
+  function decide(method: string, cost: number, prepare: Preparer, unlisted: boolean): Entry {
+    if (deniedBy(method) !== undefined) return DISABLED;
+    const serving = servedBy(method);
+    if (serving !== undefined && serving.size === 0) return NOT_FOUND;
+    return { served: true, cost, prepare, servedBy: serving, unlisted };
+  }
+
+  const builtIn = BUILT_IN[network.kind];
+  const entries = new Map<string, Entry>();
+  for (const group of catalogue.groups) {
+    for (const method of group.methods) {
+      if (group.webSocketOnly) {
+        entries.set(method, NOT_FOUND);
+        continue;
+      }
+      const local = builtIn[method];
+      const prepare = local === undefined ? passThrough(method) : local(network);
+      const cost = network.methods[method] ?? group.credits;
+      // Answered by the gateway itself: no upstream needs to serve it.
+      const answeredLocally = method === 'eth_chainId' || method === 'net_version';
+      if (answeredLocally && deniedBy(method) === undefined) entries.set(method, { served: true, cost, prepare, servedBy: undefined, unlisted: false });
+      else entries.set(method, decide(method, cost, prepare, false));
+    }
   }
   for (const [method, cost] of Object.entries(network.methods)) {
-    if (!entries.has(method)) entries.set(method, { cost, prepare: passThrough(method) });
+    if (method !== '*' && !entries.has(method)) entries.set(method, decide(method, cost, passThrough(method), false));
   }
+  // The concrete names of the default deny list are known names too (labelled, and refused at once).
+  for (const group of catalogue.denied) {
+    for (const pattern of group.patterns) {
+      if (!pattern.includes('*') && !entries.has(pattern)) entries.set(pattern, deniedBy(pattern) === undefined ? decide(pattern, unlistedCost, passThrough(pattern), false) : DISABLED);
+    }
+  }
+
+  const unlisted = new Map<string, Entry>();
+  function decideUnlisted(method: string): Entry {
+    if (!FORWARDABLE_NAME.test(method)) return NOT_FOUND;
+    let entry = unlisted.get(method);
+    if (entry === undefined) {
+      if (unlisted.size >= UNLISTED_MEMO_ENTRIES) unlisted.clear();
+      entry = decide(method, unlistedCost, passThrough(method), true);
+      unlisted.set(method, entry);
+    }
+    return entry;
+  }
+
   return {
-    prepare(method, params) {
-      const entry = entries.get(method);
-      if (entry === undefined) {
-        throw new GatewayError('TG_ERR_METHOD_NOT_FOUND', `the method ${method} does not exist/is not available`);
-      }
-      return entry.prepare(params, entry.cost);
+    prepare(method, params, paramsError) {
+      const entry = entries.get(method) ?? decideUnlisted(method);
+      if (!entry.served) throw refusal(method, entry.code);
+      if (paramsError !== undefined) throw paramsError;
+      const call = entry.prepare(params, entry.cost);
+      if (entry.servedBy !== undefined) call.servedBy = entry.servedBy;
+      if (entry.unlisted) call.unlisted = true;
+      return call;
     },
     has: (method) => entries.has(method),
   };

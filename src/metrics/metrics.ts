@@ -178,6 +178,8 @@ export interface GatewayMetrics {
   creditsCharged: Tally;
   /** Labels: network, reason. */
   creditRejections: Tally;
+  /** Labels: network, rule (origin, user_agent, ip, method, address). */
+  keySettingsRejections: Tally;
   configReloads: Counter<'result'>;
   storeErrors: Counter;
   /** WebSocket endpoint (docs/websocket.md). Labels: network. */
@@ -288,6 +290,12 @@ export function createMetrics(): GatewayMetrics {
       name: 'tollgate_credit_rejections_total',
       help: 'Calls refused for credits: daily_credits_exhausted (HTTP 402) or rate_limited (HTTP 429)',
       labelNames: ['network', 'reason'],
+      registers,
+    }),
+    keySettingsRejections: tallied({
+      name: 'tollgate_key_settings_rejections_total',
+      help: 'Requests (origin, user_agent, ip) and calls (method, address) refused by a key setting, by rule type',
+      labelNames: ['network', 'rule'],
       registers,
     }),
     configReloads: new Counter({

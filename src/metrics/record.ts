@@ -12,7 +12,7 @@ function statusLabel(status: number): string {
 /** Turns a finished request's context into metric updates. */
 export function createRequestRecorder(metrics: GatewayMetrics): (ctx: RequestContext) => void {
   // Label order follows each metric's labelNames.
-  const { requests, requestDuration, creditsCharged, creditRejections } = metrics;
+  const { requests, requestDuration, creditsCharged, creditRejections, keySettingsRejections } = metrics;
 
   return (ctx) => {
     const network = ctx.networkId ?? 'none';
@@ -34,5 +34,6 @@ export function createRequestRecorder(metrics: GatewayMetrics): (ctx: RequestCon
       for (const charge of ctx.charges) creditsCharged.add(charge.credits, network, charge.method, ctx.teamId);
     }
     for (const reason of ctx.creditRejections) creditRejections.add(1, network, reason);
+    if (ctx.ruleRejections !== undefined) for (const rule of ctx.ruleRejections) keySettingsRejections.add(1, network, rule);
   };
 }

@@ -47,7 +47,7 @@ export function createFilterCalls(deps: StatefulRouteDeps, filterIds: FilterIds)
     };
 
   async function create(prepared: PreparedCall, deadline: number, scope: FilterScope): Promise<ForwardOutcome> {
-    const candidates = deps.selector.order();
+    const candidates = [...deps.candidatesFor(prepared)];
     if (candidates.length === 0) return failed('TG_ERR_NO_HEALTHY_UPSTREAM', upstreams.map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
     const execution = deps.executionFor(prepared, deadline, candidates);
     const call = failoverPolicy(clock)(attemptEachCandidate(wrapping(scope)(deps.attempt)));

@@ -126,9 +126,9 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
   const statefulDeps = {
     network,
     upstreams,
-    selector,
     attempt,
     clock,
+    candidatesFor: (prepared: PreparedCall) => servingOnly(selector.order(), prepared.servedBy),
     executionFor: (prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[]) => createExecution(prepared, deadline, candidates, byId),
   };
   const filters = createFilterCalls(statefulDeps, options.filterIds ?? (processFilterIds ??= createFilterIds(randomBytes(32).toString('hex'))));
@@ -167,9 +167,9 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     async forward(prepared, deadline, caller = NO_CALLER) {
       const routed = filters.route(prepared, deadline, caller.keyId) ?? transactions.route(prepared, deadline);
       if (routed !== undefined) return routed;
-      const candidates = selector.order();
+      const candidates = servingOnly(selector.order(), prepared.servedBy);
       if (candidates.length === 0) {
-        return failed('TG_ERR_NO_HEALTHY_UPSTREAM', upstreams.map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
+        return failed('TG_ERR_NO_HEALTHY_UPSTREAM', servingOnly(upstreams, prepared.servedBy).map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
       }
       const execution = createExecution(prepared, deadline, candidates, byId);
       const outcome = await call(execution, new AbortController().signal);
@@ -178,9 +178,17 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
   };
 }
 
-function createExecution(prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[], byId: ReadonlyMap<string, Upstream>): Execution {
+/**
+ * The one place where an upstream's `methods.deny` takes effect: the candidates of a call (and so
+ * its failover and hedges) and the upstreams asked to confirm a `null` are those that serve it.
+ */
+function servingOnly<U extends RoutedUpstream>(upstreams: readonly U[], servedBy: ReadonlySet<string> | undefined): readonly U[] {
+  return servedBy === undefined ? upstreams : upstreams.filter((upstream) => servedBy.has(upstream.id));
+}
+
+function createExecution(prepared: PreparedCall, deadline: number, candidates: readonly RoutedUpstream[], byId: ReadonlyMap<string, Upstream>): Execution {
   let next = 0;
-  const all = [...byId.values()];
+  const all = servingOnly([...byId.values()], prepared.servedBy);
   return {
     method: prepared.method,
     deadline,

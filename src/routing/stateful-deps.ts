@@ -2,7 +2,6 @@ import type { NetworkConfig } from '../config/schema.js';
 import type { PreparedCall } from '../methods/registry.js';
 import type { Clock } from './clock.js';
 import type { AttemptFn, Execution, RoutedUpstream } from './policies/types.js';
-import type { Selector } from './selection.js';
 import type { Upstream } from './upstream.js';
 
 /**
@@ -13,10 +12,11 @@ import type { Upstream } from './upstream.js';
 export interface StatefulRouteDeps {
   network: NetworkConfig;
   upstreams: readonly Upstream[];
-  selector: Selector;
   /** One attempt on one upstream: circuit breaker, metrics, result check, timeout. */
   attempt: AttemptFn;
   clock: Clock;
+  /** The upstreams to try for `prepared`, best first: the selector's order without those that do not serve its method. */
+  candidatesFor(prepared: PreparedCall): readonly RoutedUpstream[];
   /** A fresh execution of `prepared` over `candidates`, in that order. */
   executionFor(prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[]): Execution;
 }

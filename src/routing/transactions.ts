@@ -152,7 +152,7 @@ export function createTransactionCalls(deps: StatefulRouteDeps): TransactionCall
   return {
     route(prepared, deadline) {
       if (prepared.method !== SEND_RAW_TRANSACTION) return undefined;
-      const candidates = deps.selector.order();
+      const candidates = [...deps.candidatesFor(prepared)];
       if (candidates.length === 0) {
         return Promise.resolve(failed('TG_ERR_NO_HEALTHY_UPSTREAM', upstreams.map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' }))));
       }

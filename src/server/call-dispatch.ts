@@ -1,5 +1,6 @@
 import { errorReply, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
 import { methodForLog, type Logger } from '../logging/logger.js';
+import { rejected, type ItemRules } from '../auth/key-policy.js';
 import type { KeyWithTeam } from '../store/index.js';
 import { internalError, type CallExecutor, type PendingReply } from './call-executor.js';
 import { clientGone, type RequestContext } from './context.js';
@@ -7,8 +8,9 @@ import type { NetworkRuntime } from './network-runtime.js';
 
 /**
  * The part of a request both transports share: a parsed body's items, with the caller already
- * authenticated on a network, become replies. Per item: validate → (answer locally | forward
- * with failover) → commit (charge, or refund if the client left). The HTTP handler wraps the
+ * authenticated on a network, become replies. Per item: key settings (method, address) →
+ * validate → (answer locally | forward with failover) → commit (charge, or refund if the client
+ * left). The HTTP handler wraps the
  * replies in a response with headers; the WebSocket endpoint sends them as frames. Pricing,
  * validation, routing and the charging rule therefore cannot differ between the two.
  */
@@ -21,9 +23,9 @@ export interface CallDispatcher {
    * One request object: its reply, `undefined` for a notification (not executed, no reply), or
    * {@link CLIENT_LEFT}.
    */
-  answerOne(item: RequestItem, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): Promise<Reply | undefined | typeof CLIENT_LEFT>;
+  answerOne(item: RequestItem, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number, rules: ItemRules | undefined): Promise<Reply | undefined | typeof CLIENT_LEFT>;
   /** A batch: the replies of its answered items in request order (notifications have none), or {@link CLIENT_LEFT}. */
-  answerBatch(items: readonly RequestItem[], network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): Promise<Reply[] | typeof CLIENT_LEFT>;
+  answerBatch(items: readonly RequestItem[], network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number, rules: ItemRules | undefined): Promise<Reply[] | typeof CLIENT_LEFT>;
 }
 
 /** Metrics outcome of one reply: `ok`, `upstream_error` (passed through), or the gateway error's code. */
@@ -52,6 +54,7 @@ export function createCallDispatcher(deps: { executor: CallExecutor; logger: Log
     auth: KeyWithTeam,
     ctx: RequestContext,
     deadline: number,
+    rules: ItemRules | undefined,
   ): Promise<PendingReply | undefined> | PendingReply | undefined {
     switch (item.kind) {
       case 'notification':
@@ -59,6 +62,14 @@ export function createCallDispatcher(deps: { executor: CallExecutor; logger: Log
       case 'invalid':
         return { ledger: 'none', reply: errorReply(item.id, item.error) };
       case 'call':
+        if (rules !== undefined) {
+          // Method and address rules refuse the call alone (403 single, per item in a batch), uncharged.
+          const rule = rules.check(item.method, item.params);
+          if (rule !== undefined) {
+            (ctx.ruleRejections ??= []).push(rule);
+            return { ledger: 'none', reply: errorReply(item.id, rejected(rule)) };
+          }
+        }
         try {
           const pending = executor.execute(item, network, auth, ctx, deadline);
           if (!(pending instanceof Promise)) return pending;
@@ -70,9 +81,9 @@ export function createCallDispatcher(deps: { executor: CallExecutor; logger: Log
   }
 
   return {
-    async answerOne(item, network, auth, ctx, deadline) {
+    async answerOne(item, network, auth, ctx, deadline, rules) {
       if (item.kind !== 'invalid') ctx.methods.push(methodForLog(item.method, network.methods.has(item.method)));
-      const pending = executeItem(item, network, auth, ctx, deadline);
+      const pending = executeItem(item, network, auth, ctx, deadline, rules);
       const executed = pending instanceof Promise ? await pending : pending;
       if (executed === undefined) return undefined; // a notification
       // Charged only if it can still be delivered; a client gone by now gets its credits back.
@@ -84,10 +95,10 @@ export function createCallDispatcher(deps: { executor: CallExecutor; logger: Log
       return reply;
     },
 
-    async answerBatch(items, network, auth, ctx, deadline) {
+    async answerBatch(items, network, auth, ctx, deadline, rules) {
       ctx.batchSize = items.length;
       for (const item of items) if (item.kind !== 'invalid') ctx.methods.push(methodForLog(item.method, network.methods.has(item.method)));
-      const executed = await Promise.all(items.map((item) => executeItem(item, network, auth, ctx, deadline)));
+      const executed = await Promise.all(items.map((item) => executeItem(item, network, auth, ctx, deadline, rules)));
       // Every item is committed at once, just before the one answer that carries them all.
       const deliverable = !clientGone(ctx);
       const replies = await Promise.all(executed.map((pending) => (pending === undefined ? undefined : executor.commit(pending, ctx, deliverable))));

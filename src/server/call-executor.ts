@@ -20,6 +20,9 @@ import type { NetworkRuntime } from './network-runtime.js';
  * `-32603` for that call alone; nothing here throws.
  */
 
+/** JSON-RPC "method not found", passed on uncharged when an upstream answers it. */
+const METHOD_NOT_FOUND = -32601;
+
 export type CallItem = Extract<RequestItem, { kind: 'call' }>;
 
 /** A call's reply, held until the response is about to be written, with what makes it charged. */
@@ -65,7 +68,8 @@ function subjectOf(call: PreparedCall, network: NetworkRuntime, auth: KeyWithTea
     teamId: auth.team.id,
     keyId: auth.key.id,
     network: network.config.id,
-    method: call.method,
+    // Unlisted names are the client's text: counted as `other`, so usage and metric labels stay bounded.
+    method: call.unlisted === true ? 'other' : call.method,
     cost: call.cost,
     day: utcDay(nowMs),
     teamDailyCredits: auth.team.dailyCredits,
@@ -165,8 +169,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     let call: PreparedCall;
     try {
       // Params over the bounds are only reported for a method this network offers: `-32601` comes first.
-      if (item.paramsError !== undefined && network.methods.has(item.method)) return none(errorReply(item.id, item.paramsError));
-      call = network.methods.prepare(item.method, item.params);
+      call = network.methods.prepare(item.method, item.params, item.paramsError);
     } catch (error) {
       return none(errorReply(item.id, error instanceof GatewayError ? error : internalError(error)));
     }
@@ -225,6 +228,11 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
       return none(errorReply(item.id, outcome.error));
     }
     ctx.upstream = outcome.upstream;
+    if (outcome.kind === 'rpc-error' && outcome.error.code === METHOD_NOT_FOUND) {
+      // The upstream does not know the method: not offered after all, and unknown methods cost nothing.
+      if (reserved !== undefined) await refund(reservationId, subject, ctx);
+      return none({ id: item.id, error: outcome.error });
+    }
     const reply: Reply = outcome.kind === 'rpc-error' ? { id: item.id, error: outcome.error } : { id: item.id, result: outcome.bytes };
     // Failing open with the store unreachable: served, not charged.
     if (reserved === undefined) return none(reply);

@@ -38,6 +38,10 @@ export interface RequestContext {
   creditRejections: string[];
   /** The gateway error of a request rejected as a whole (or of a single request's reply). */
   errorCode?: GatewayErrorCode;
+  /** The request's `Origin` when the answer may be read there (CORS headers on every answer). */
+  corsOrigin: string | undefined;
+  /** Key-settings rule types that refused the request or its calls, for the metric (made on the first). */
+  ruleRejections: string[] | undefined;
 }
 
 /**
@@ -81,5 +85,7 @@ export function createRequestContext(requestId: string, socket?: Socket, respons
     charges: [],
     creditRejections: [],
     errorCode: undefined,
+    corsOrigin: undefined,
+    ruleRejections: undefined,
   };
 }

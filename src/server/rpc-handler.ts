@@ -4,7 +4,11 @@ import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import { ERROR_REGISTRY, GatewayError, toHttpStatus, type GatewayErrorCode } from '../errors.js';
 import { errorReply, NULL_ID, parseBody, replyBody, serialiseBatch, serialiseReply, type EnvelopeLimits } from '../jsonrpc/envelope.js';
-import { checkNetworkAllowed, type Authenticator } from '../auth/authenticator.js';
+import { checkNetworkAllowed, type AuthenticatedKey, type Authenticator } from '../auth/authenticator.js';
+import { rejected, type ItemRules } from '../auth/key-policy.js';
+import { compileIpRanges, compileOrigins } from '../auth/key-settings.js';
+import { clientAddressOf } from '../auth/client-address.js';
+import { preflightHeaders, pushCorsHeaders, setCorsHeaders } from './cors.js';
 import type { GatewayConfig } from '../config/schema.js';
 import { bounded, logScrubber, pathForLog, type Logger } from '../logging/logger.js';
 import { CLIENT_CLOSED_REQUEST, clientGone, createRequestContext, type RequestContext } from './context.js';
@@ -13,13 +17,16 @@ import { CLIENT_LEFT, type CallDispatcher } from './call-dispatch.js';
 import type { Meter } from '../metering/meter.js';
 import { utcDay } from '../metering/meter.js';
 import type { KeyWithTeam } from '../store/index.js';
+import type { ResolveResult } from '../routing/network-resolver.js';
 import type { NetworkRuntime, NetworkSet } from './network-runtime.js';
 
 /**
  * The RPC listener's request handler. The stages of a request, in order:
- *   receive → resolve network → authenticate → read + parse body → per item (call-dispatch.ts,
- *   shared with the WebSocket endpoint): validate → (answer locally | forward with failover) →
- *   commit (charge, or refund if the client left) → respond → log.
+ *   receive → resolve network → (CORS preflight: answered here) → authenticate → key settings
+ *   (secret / JWT, origin, user agent, IP) → read + parse body → per item: key settings (method,
+ *   address) → validate → (answer locally | forward with failover) → commit (charge, or refund if
+ *   the client left) → respond → log. The per-item stages (call-dispatch.ts) are shared with the
+ *   WebSocket endpoint.
  * A request rejected as a whole gets one JSON-RPC error object with its HTTP status (DESIGN §2).
  */
 
@@ -169,6 +176,9 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     maxParamsDepth: serverConfig.maxParamsDepth,
     maxParamsBytes: serverConfig.maxParamsBytes,
   };
+  // Which origins' pages may read answers at all; a key's own origin list narrows it.
+  const corsAllows = compileOrigins(serverConfig.cors.allowedOrigins);
+  const trustedProxies = serverConfig.trustedProxies.length > 0 ? compileIpRanges(serverConfig.trustedProxies) : undefined;
 
   /**
    * Writes the response. Headers go to `writeHead` as a flat `[name, value, ...]` list: with an
@@ -186,6 +196,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     }
     ctx.httpStatus = status;
     headers.push('x-request-id', ctx.requestId);
+    if (ctx.corsOrigin !== undefined) pushCorsHeaders(headers, ctx.corsOrigin);
     const length = body === undefined || !Array.isArray(body) ? body?.length : body.reduce((sum: number, part: Buffer) => sum + part.length, 0);
     if (length !== undefined) headers.push('content-type', 'application/json', 'content-length', String(length));
     if (deps.draining()) headers.push('connection', 'close');
@@ -231,12 +242,16 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     if (headers.host === undefined && req.httpVersionMinor === 1 && req.httpVersionMajor === 1) {
       return reject(res, ctx, new GatewayError('TG_ERR_BAD_HTTP', 'malformed HTTP request: an HTTP/1.1 request needs a Host header'));
     }
+    // A page's request: its answers, errors included, are readable there if the gateway allows the origin.
+    const origin = headers.origin;
+    if (origin !== undefined && corsAllows(origin)) ctx.corsOrigin = origin;
     // Resolve the network from Host + path; nothing in the body takes part.
     const resolved = networks.resolver.resolve(headers.host, req.url ?? '/');
     if (resolved.kind === 'not-found') return reject(res, ctx, new GatewayError('TG_ERR_NOT_FOUND', resolved.reason));
     const network: NetworkRuntime = resolved.kind === 'found' ? resolved.value.network : resolved.network;
     ctx.networkId = network.config.id;
     if (req.method !== 'POST') {
+      if (req.method === 'OPTIONS' && origin !== undefined) return preflight(res, ctx, headers, resolved, origin);
       return reject(res, ctx, new GatewayError('TG_ERR_HTTP_METHOD', `method ${req.method ?? ''} not allowed: use POST`, undefined, { allow: 'POST' }));
     }
     if (resolved.kind === 'missing-key' || resolved.value.apiKey === undefined) {
@@ -262,6 +277,29 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
       checkNetworkAllowed(auth, network.config.id);
     } catch (error) {
       return rejectWithCredits(error as GatewayError);
+    }
+    // A page of an origin the gateway does not serve: refused before anything runs.
+    if (origin !== undefined && ctx.corsOrigin === undefined) return rejectSettings(rejected('origin'), ctx, rejectWithCredits);
+    // Key settings: nothing to do (and nothing paid) for a key without any.
+    let itemRules: ItemRules | undefined;
+    const policy = auth.policy;
+    if (policy !== undefined) {
+      if (ctx.corsOrigin !== undefined && !policy.allowsOrigin(ctx.corsOrigin)) ctx.corsOrigin = undefined;
+      try {
+        const admitting = policy.admit({
+          origin,
+          userAgent: headers['user-agent'],
+          authorization: headers.authorization,
+          clientAddress: () => clientAddressOf(req.socket.remoteAddress, headers['x-forwarded-for'], trustedProxies),
+        });
+        const admission = admitting instanceof Promise ? await admitting : admitting;
+        // The key secret overrides the key's origin list too.
+        if (admission.secret && origin !== undefined && corsAllows(origin)) ctx.corsOrigin = origin;
+        itemRules = admission.items;
+      } catch (error) {
+        if (!(error instanceof GatewayError)) throw error;
+        return rejectSettings(error, ctx, rejectWithCredits);
+      }
     }
 
     let body: Buffer;
@@ -289,7 +327,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     // The injected clock, like every deadline check downstream (forwarder, single-flight).
     const deadline = deps.now() + network.config.requestTimeoutMs;
     if (parsed.kind === 'single') {
-      const reply = await deps.calls.answerOne(parsed.item, network, auth, ctx, deadline);
+      const reply = await deps.calls.answerOne(parsed.item, network, auth, ctx, deadline, itemRules);
       if (reply === undefined) return send(res, ctx, 204, undefined, await creditHeaders(auth, ctx)); // a notification
       if (reply === CLIENT_LEFT) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
       const credits = creditHeaders(auth, ctx);
@@ -304,13 +342,51 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
       return send(res, ctx, status, replyBody(reply), responseHeaders);
     }
 
-    const answered = await deps.calls.answerBatch(parsed.items, network, auth, ctx, deadline);
+    const answered = await deps.calls.answerBatch(parsed.items, network, auth, ctx, deadline, itemRules);
     if (answered === CLIENT_LEFT) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
     const credits = creditHeaders(auth, ctx);
     const responseHeaders = credits instanceof Promise ? await credits : credits;
     // Batch responses are 200 whatever their items say (DESIGN §2); notifications only: 204.
     if (answered.length === 0) return send(res, ctx, 204, undefined, responseHeaders);
     send(res, ctx, 200, serialiseBatch(answered), responseHeaders);
+  }
+
+  /** A refusal by key settings (counted by rule type) or by the key's credentials. */
+  function rejectSettings(error: GatewayError, ctx: RequestContext, rejectWithCredits: (error: GatewayError) => Promise<void>): Promise<void> {
+    if (error.code === 'TG_ERR_KEY_SETTINGS') (ctx.ruleRejections ??= []).push((error.data as { rule: string }).rule);
+    return rejectWithCredits(error);
+  }
+
+  /**
+   * A CORS preflight: answered 204 before anything else, never charged. Only the origin rules
+   * apply (the gateway's, and the key's when the path names a known key); an unknown or missing
+   * key gets the gateway's answer, so the page can then read the 401 of its actual request.
+   */
+  async function preflight(res: ServerResponse, ctx: RequestContext, headers: IncomingHttpHeaders, resolved: ResolveResult<NetworkRuntime>, origin: string): Promise<void> {
+    if (ctx.corsOrigin === undefined) return reject(res, ctx, rejected('origin'));
+    const apiKey = resolved.kind === 'found' ? resolved.value.apiKey : undefined;
+    if (apiKey !== undefined) {
+      let auth: AuthenticatedKey | undefined;
+      try {
+        const authenticated = deps.authenticator.authenticate(apiKey);
+        auth = authenticated instanceof Promise ? await authenticated : authenticated;
+      } catch {
+        auth = undefined; // unknown, revoked, or the store is unreachable: the actual request says so
+      }
+      if (auth !== undefined) {
+        ctx.keyId = auth.key.id;
+        ctx.teamId = auth.team.id;
+        if (auth.policy !== undefined && !auth.policy.allowsOrigin(origin)) {
+          ctx.corsOrigin = undefined;
+          (ctx.ruleRejections ??= []).push('origin');
+          return reject(res, ctx, rejected('origin'));
+        }
+      }
+    }
+    const requested = headers['access-control-request-headers'];
+    const allowed = preflightHeaders(origin, requested, serverConfig.cors.maxAgeSeconds);
+    ctx.corsOrigin = undefined; // preflightHeaders has them
+    send(res, ctx, 204, undefined, allowed);
   }
 
   // Request ids: a random per-process prefix and a counter (unique across replicas and restarts,
@@ -434,6 +510,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     ctx.httpStatus = ERROR_REGISTRY[code].httpStatus;
     ctx.errorCode = code;
     if (ctx.socket !== undefined) (ctx.socket as TrackedSocket)[LINGER] = lingerMs;
+    if (ctx.corsOrigin !== undefined) setCorsHeaders(response, ctx.corsOrigin);
     const body = serialiseReply(errorReply(NULL_ID, new GatewayError(code)));
     response.writeHead(ctx.httpStatus, ['content-type', 'application/json', 'content-length', String(body.length), 'x-request-id', ctx.requestId, 'connection', 'close']);
     response.end(body);

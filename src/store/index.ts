@@ -12,6 +12,8 @@ export type {
   Team,
   ApiKey,
   KeyWithTeam,
+  KeySettings,
+  JwtPublicKey,
   NewKey,
   NewTeam,
   ChargeSubject,

@@ -1,7 +1,7 @@
 import type { ChainableCommander, Redis } from 'ioredis';
 import { newId } from './ids.js';
 import { ROTATE_SCRIPT } from './redis-scripts.js';
-import { StoreConflictError, type ApiKey, type KeyDirectory, type KeyPatch, type KeyWithTeam, type NewKey, type NewTeam, type StoreSnapshot, type Team, type TeamPatch } from './types.js';
+import { StoreConflictError, type ApiKey, type KeySettings, type KeyDirectory, type KeyPatch, type KeyWithTeam, type NewKey, type NewTeam, type StoreSnapshot, type Team, type TeamPatch } from './types.js';
 
 /**
  * The Redis driver's teams, keys and secrets (key layout in redis-scripts.ts). Only secret hashes
@@ -47,8 +47,12 @@ function keyFromHash(hash: Record<string, string>): ApiKey | null {
     expiresAt: nullableNumber(hash.expiresAt),
     revokedAt: nullableNumber(hash.revokedAt),
     createdAt: Number(hash.createdAt),
+    settings: hash.settings === undefined || hash.settings === '' ? null : (JSON.parse(hash.settings) as KeySettings),
+    hasKeySecret: hash.keySecretHash !== undefined && hash.keySecretHash !== '',
   };
 }
+
+const settingsText = (settings: KeySettings | null | undefined): string => (settings == null ? '' : JSON.stringify(settings));
 
 /** A team as its hash stores it. */
 const teamHash = (team: Team) => ({
@@ -69,6 +73,7 @@ const keyHash = (key: ApiKey) => ({
   expiresAt: key.expiresAt ?? '',
   revokedAt: key.revokedAt ?? '',
   createdAt: key.createdAt,
+  settings: settingsText(key.settings),
 });
 
 export function createRedisKeyDirectory(client: Redis, options: { keyPrefix: string; now: () => number }): RedisKeyDirectory {
@@ -129,6 +134,8 @@ export function createRedisKeyDirectory(client: Redis, options: { keyPrefix: str
         expiresAt: key.expiresAt ?? null,
         revokedAt: null,
         createdAt: now(),
+        settings: key.settings ?? null,
+        hasKeySecret: false,
       };
       await addSecret(addKey(redis.multi(), created), created.id, key.secretHash, null).exec();
       return (await readKey(created.id))!;
@@ -136,11 +143,17 @@ export function createRedisKeyDirectory(client: Redis, options: { keyPrefix: str
     async findKeyBySecretHash(secretHash): Promise<KeyWithTeam | null> {
       const secret = await redis.hgetall(`${p}secret:${secretHash}`);
       if (secret.keyId === undefined) return null;
-      const key = await readKey(secret.keyId);
+      const keyFields = await redis.hgetall(`${p}key:${secret.keyId}`);
+      const key = keyFromHash(keyFields);
       if (key === null) return null;
       const team = await readTeam(key.teamId);
       if (team === null) return null;
-      return { key, team, secretValidUntil: secret.validUntil === '' || secret.validUntil === undefined ? null : Number(secret.validUntil) };
+      return {
+        key,
+        team,
+        secretValidUntil: secret.validUntil === '' || secret.validUntil === undefined ? null : Number(secret.validUntil),
+        keySecretHash: keyFields.keySecretHash === undefined || keyFields.keySecretHash === '' ? null : keyFields.keySecretHash,
+      };
     },
     async listKeys(filter = {}) {
       const ids = await redis.zrange(filter.teamId === undefined ? `${p}keys` : `${p}team-keys:${filter.teamId}`, '0', '-1');
@@ -161,6 +174,8 @@ export function createRedisKeyDirectory(client: Redis, options: { keyPrefix: str
       if (patch.dailyCap !== undefined) fields.dailyCap = patch.dailyCap ?? '';
       if (patch.allowedNetworks !== undefined) fields.allowedNetworks = patch.allowedNetworks === null ? '' : JSON.stringify(patch.allowedNetworks);
       if (patch.expiresAt !== undefined) fields.expiresAt = patch.expiresAt ?? '';
+      if (patch.settings !== undefined) fields.settings = settingsText(patch.settings);
+      if (patch.keySecretHash !== undefined) fields.keySecretHash = patch.keySecretHash ?? '';
       if (Object.keys(fields).length > 0) await redis.hset(`${p}key:${id}`, fields);
       return readKey(id);
     },
@@ -180,7 +195,8 @@ export function createRedisKeyDirectory(client: Redis, options: { keyPrefix: str
               return { hash, validUntil: validUntil === null || validUntil === '' ? null : Number(validUntil) };
             }),
           );
-          return { ...key, secrets };
+          const keySecretHash = await redis.hget(`${p}key:${key.id}`, 'keySecretHash');
+          return { ...key, secrets, keySecretHash: keySecretHash === null || keySecretHash === '' ? null : keySecretHash };
         }),
       );
       return { teams: await directory.listTeams(), keys: withSecrets };
@@ -199,6 +215,7 @@ export function createRedisKeyDirectory(client: Redis, options: { keyPrefix: str
       for (const team of snapshot.teams) addTeam(multi, team);
       for (const key of snapshot.keys) {
         addKey(multi, key);
+        if (key.keySecretHash != null) multi.hset(`${p}key:${key.id}`, 'keySecretHash', key.keySecretHash);
         for (const secret of key.secrets) addSecret(multi, key.id, secret.hash, secret.validUntil);
       }
     },

@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
 import { newId } from './ids.js';
-import { StoreConflictError, type ApiKey, type KeyDirectory, type KeyPatch, type KeyWithTeam, type NewKey, type NewTeam, type StoreSnapshot, type Team, type TeamPatch } from './types.js';
+import { StoreConflictError, type ApiKey, type KeySettings, type KeyDirectory, type KeyPatch, type KeyWithTeam, type NewKey, type NewTeam, type StoreSnapshot, type Team, type TeamPatch } from './types.js';
 
 /**
  * The SQLite driver's teams, keys and secrets (tables `teams`, `api_keys`, `key_secrets`; schema
@@ -32,6 +32,8 @@ interface KeyRow {
   expires_at: number | null;
   revoked_at: number | null;
   created_at: number;
+  settings: string | null;
+  key_secret_hash: string | null;
 }
 
 function toTeam(row: TeamRow): Team {
@@ -54,10 +56,14 @@ function toKey(row: KeyRow): ApiKey {
     expiresAt: row.expires_at,
     revokedAt: row.revoked_at,
     createdAt: row.created_at,
+    settings: row.settings === null ? null : (JSON.parse(row.settings) as KeySettings),
+    hasKeySecret: row.key_secret_hash !== null,
   };
 }
 
-const KEY_COLUMNS = 'id, team_id, label, daily_cap, allowed_networks, expires_at, revoked_at, created_at';
+const settingsText = (settings: KeySettings | null | undefined): string | null => (settings == null ? null : JSON.stringify(settings));
+
+const KEY_COLUMNS = 'id, team_id, label, daily_cap, allowed_networks, expires_at, revoked_at, created_at, settings, key_secret_hash';
 const TEAM_COLUMNS = 'id, name, daily_credits, credits_per_second, created_at';
 
 const isUniqueViolation = (error: unknown): boolean => (error as { code?: string }).code === 'SQLITE_CONSTRAINT_UNIQUE';
@@ -78,8 +84,8 @@ export function createSqliteKeyDirectory(db: Database.Database, options: { now: 
        WHERE id = @id`,
     ),
     insertKey: db.prepare(
-      `INSERT INTO api_keys (id, team_id, label, daily_cap, allowed_networks, expires_at, revoked_at, created_at)
-       VALUES (@id, @teamId, @label, @dailyCap, @allowedNetworks, @expiresAt, NULL, @createdAt)`,
+      `INSERT INTO api_keys (id, team_id, label, daily_cap, allowed_networks, expires_at, revoked_at, created_at, settings, key_secret_hash)
+       VALUES (@id, @teamId, @label, @dailyCap, @allowedNetworks, @expiresAt, NULL, @createdAt, @settings, @keySecretHash)`,
     ),
     insertSecret: db.prepare<[string, string, number | null]>('INSERT INTO key_secrets (secret_hash, key_id, valid_until) VALUES (?, ?, ?)'),
     // Named parameters: better-sqlite3 rejects numbered ones (`?1`) bound positionally ("Too many parameter values").
@@ -87,7 +93,7 @@ export function createSqliteKeyDirectory(db: Database.Database, options: { now: 
       'UPDATE key_secrets SET valid_until = MIN(COALESCE(valid_until, @validUntil), @validUntil) WHERE key_id = @keyId',
     ),
     keyBySecretHash: db.prepare<[string], KeyRow & { valid_until: number | null }>(
-      `SELECT k.id, k.team_id, k.label, k.daily_cap, k.allowed_networks, k.expires_at, k.revoked_at, k.created_at, s.valid_until
+      `SELECT k.id, k.team_id, k.label, k.daily_cap, k.allowed_networks, k.expires_at, k.revoked_at, k.created_at, k.settings, k.key_secret_hash, s.valid_until
        FROM key_secrets s JOIN api_keys k ON k.id = s.key_id WHERE s.secret_hash = ?`,
     ),
     keyById: db.prepare<[string], KeyRow>(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE id = ?`),
@@ -100,7 +106,9 @@ export function createSqliteKeyDirectory(db: Database.Database, options: { now: 
          label = CASE WHEN @setLabel THEN @label ELSE label END,
          daily_cap = CASE WHEN @setDailyCap THEN @dailyCap ELSE daily_cap END,
          allowed_networks = CASE WHEN @setAllowedNetworks THEN @allowedNetworks ELSE allowed_networks END,
-         expires_at = CASE WHEN @setExpiresAt THEN @expiresAt ELSE expires_at END
+         expires_at = CASE WHEN @setExpiresAt THEN @expiresAt ELSE expires_at END,
+         settings = CASE WHEN @setSettings THEN @settings ELSE settings END,
+         key_secret_hash = CASE WHEN @setKeySecretHash THEN @keySecretHash ELSE key_secret_hash END
        WHERE id = @id`,
     ),
   };
@@ -162,6 +170,8 @@ export function createSqliteKeyDirectory(db: Database.Database, options: { now: 
           allowedNetworks: key.allowedNetworks == null ? null : JSON.stringify(key.allowedNetworks),
           expiresAt: key.expiresAt ?? null,
           createdAt: now(),
+          settings: settingsText(key.settings),
+          keySecretHash: null,
         },
         key.secretHash,
       );
@@ -172,7 +182,7 @@ export function createSqliteKeyDirectory(db: Database.Database, options: { now: 
       if (keyRow === undefined) return null;
       const teamRow = statements.teamById.get(keyRow.team_id);
       if (teamRow === undefined) return null;
-      return { key: toKey(keyRow), team: toTeam(teamRow), secretValidUntil: keyRow.valid_until };
+      return { key: toKey(keyRow), team: toTeam(teamRow), secretValidUntil: keyRow.valid_until, keySecretHash: keyRow.key_secret_hash };
     },
     async listKeys(filter = {}) {
       const rows = filter.teamId === undefined ? statements.listKeys.all() : statements.listKeysOfTeam.all(filter.teamId);
@@ -196,6 +206,10 @@ export function createSqliteKeyDirectory(db: Database.Database, options: { now: 
         allowedNetworks: patch.allowedNetworks == null ? null : JSON.stringify(patch.allowedNetworks),
         setExpiresAt: patch.expiresAt !== undefined ? 1 : 0,
         expiresAt: patch.expiresAt ?? null,
+        setSettings: patch.settings !== undefined ? 1 : 0,
+        settings: settingsText(patch.settings),
+        setKeySecretHash: patch.keySecretHash !== undefined ? 1 : 0,
+        keySecretHash: patch.keySecretHash ?? null,
       });
       const row = statements.keyById.get(id);
       return row === undefined ? null : toKey(row);
@@ -207,6 +221,7 @@ export function createSqliteKeyDirectory(db: Database.Database, options: { now: 
       const secrets = statements.listSecrets.all();
       const keys = statements.listKeys.all().map((row) => ({
         ...toKey(row),
+        keySecretHash: row.key_secret_hash,
         secrets: secrets.filter((secret) => secret.key_id === row.id).map((secret) => ({ hash: secret.secret_hash, validUntil: secret.valid_until })),
       }));
       return { teams: statements.listTeams.all().map(toTeam), keys };
@@ -232,6 +247,8 @@ export function createSqliteKeyDirectory(db: Database.Database, options: { now: 
           allowedNetworks: key.allowedNetworks === null ? null : JSON.stringify(key.allowedNetworks),
           expiresAt: key.expiresAt,
           createdAt: key.createdAt,
+          settings: settingsText(key.settings),
+          keySecretHash: key.keySecretHash ?? null,
         });
         if (key.revokedAt !== null) statements.revokeKey.run(key.revokedAt, key.id);
         for (const secret of key.secrets) statements.insertSecret.run(secret.hash, key.id, secret.validUntil);

@@ -36,7 +36,9 @@ CREATE TABLE IF NOT EXISTS api_keys (
   allowed_networks TEXT,
   expires_at INTEGER,
   revoked_at INTEGER,
-  created_at INTEGER NOT NULL
+  created_at INTEGER NOT NULL,
+  settings TEXT,
+  key_secret_hash TEXT
 );
 CREATE INDEX IF NOT EXISTS api_keys_team ON api_keys(team_id);
 CREATE TABLE IF NOT EXISTS key_secrets (
@@ -104,7 +106,21 @@ function openSqliteDatabase(path: string): Database.Database {
   db.pragma('busy_timeout = 5000');
   db.pragma('foreign_keys = ON');
   db.exec(SCHEMA);
+  addMissingColumns(db);
   return db;
+}
+
+/** Columns added after the first release: a database created before them gets them on open. */
+const ADDED_COLUMNS: Array<{ table: string; column: string; type: string }> = [
+  { table: 'api_keys', column: 'settings', type: 'TEXT' },
+  { table: 'api_keys', column: 'key_secret_hash', type: 'TEXT' },
+];
+
+function addMissingColumns(db: Database.Database): void {
+  for (const { table, column, type } of ADDED_COLUMNS) {
+    const columns = db.pragma(`table_info(${table})`) as Array<{ name: string }>;
+    if (!columns.some((existing) => existing.name === column)) db.exec(`ALTER TABLE ${table} ADD COLUMN ${column} ${type}`);
+  }
 }
 
 interface UsageDbRow {

@@ -40,6 +40,44 @@ export interface ApiKey {
   expiresAt: number | null;
   revokedAt: number | null;
   createdAt: number;
+  /** Allowlists, secret and JWT requirements (docs/keys.md); null means none. */
+  settings: KeySettings | null;
+  /** Whether a key secret (HTTP Basic, docs/keys.md) was issued; only its hash is stored. */
+  hasKeySecret: boolean;
+}
+
+/**
+ * A key's settings as stored: normalised and validated by src/auth/key-settings.ts before they
+ * get here. An empty list means "no rule of this type".
+ */
+export interface KeySettings {
+  /** `https://app.example.com`, `app.example.com` (any scheme), `https://*.example.com` (subdomains). */
+  allowedOrigins: string[];
+  /** Substrings of the `User-Agent` header. */
+  allowedUserAgents: string[];
+  /** IPv4 / IPv6 CIDR ranges (a bare address is a /32 or /128). */
+  allowedIps: string[];
+  /** JSON-RPC method names, or `prefix_*`. */
+  allowedMethods: string[];
+  /** Lower-case `0x` + 40 hex contract addresses. */
+  allowedAddresses: string[];
+  /** Every request must carry the key secret (HTTP Basic, empty user). */
+  requireSecret: boolean;
+  /** Every request must carry a JWT signed by one of `jwtKeys` (`Authorization: Bearer`). */
+  requireJwt: boolean;
+  /** Up to three public keys that sign this key's JWTs. */
+  jwtKeys: JwtPublicKey[];
+  /** The `aud` a JWT must carry; null: `aud` is not checked. */
+  jwtAudience: string | null;
+}
+
+export interface JwtPublicKey {
+  /** Matched against the JWT header's `kid`. */
+  id: string;
+  alg: 'RS256' | 'ES256';
+  /** SPKI PEM, or a public JWK: exactly one of the two. */
+  pem?: string;
+  jwk?: Record<string, unknown>;
 }
 
 /** What authentication needs to know, fetched in one lookup. */
@@ -48,6 +86,8 @@ export interface KeyWithTeam {
   team: Team;
   /** Epoch ms after which the secret used stops working (set when the key is rotated), or null. */
   secretValidUntil: number | null;
+  /** SHA-256 (hex) of the key secret sent as HTTP Basic (docs/keys.md), or null when none was issued. */
+  keySecretHash: string | null;
 }
 
 export interface NewTeam {
@@ -63,6 +103,7 @@ export interface NewKey {
   dailyCap?: number | null;
   allowedNetworks?: string[] | null;
   expiresAt?: number | null;
+  settings?: KeySettings | null;
 }
 
 /** Teams, their keys and the keys' secrets (hashes only): what authentication and the admin API read and change. */
@@ -158,11 +199,14 @@ export interface KeyPatch {
   allowedNetworks?: string[] | null;
   expiresAt?: number | null;
   label?: string | null;
+  settings?: KeySettings | null;
+  /** SHA-256 of a newly issued key secret, or null to withdraw it. */
+  keySecretHash?: string | null;
 }
 
 export interface StoreSnapshot {
   teams: Team[];
-  keys: Array<ApiKey & { secrets: Array<{ hash: string; validUntil: number | null }> }>;
+  keys: Array<ApiKey & { secrets: Array<{ hash: string; validUntil: number | null }>; keySecretHash?: string | null }>;
   day: string;
   /** The day's settled usage; day totals are rebuilt from it on import. */
   usage: UsageRow[];

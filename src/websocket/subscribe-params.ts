@@ -1,4 +1,7 @@
+import type { UpstreamConfig } from '../config/schema.js';
 import { GatewayError } from '../errors.js';
+import { createDenyRule, globsMatcher } from '../methods/catalogue.js';
+import { DEFAULT_METHOD_COSTS, DEFAULT_PASS_THROUGH_COST } from '../methods/registry.js';
 import type { NetworkRuntime } from '../server/network-runtime.js';
 import type { SubscriptionKind } from './subscription-hub.js';
 
@@ -12,17 +15,38 @@ import type { SubscriptionKind } from './subscription-hub.js';
 /** The methods answered by the WebSocket endpoint itself (over HTTP they do not exist). */
 export const SUBSCRIPTION_METHODS: ReadonlySet<string> = new Set(['eth_subscribe', 'eth_unsubscribe']);
 
-/** Catalogue prices (DESIGN §1.3) unless the network's `methods` re-prices them. */
-const DEFAULT_COSTS: Readonly<Record<string, number>> = { eth_subscribe: 5, eth_unsubscribe: 10 };
+/**
+ * Whether an upstream carries subscriptions: it has a `wsUrl` and does not deny `eth_subscribe`
+ * (`upstreams[].methods.deny`).
+ */
+export function servesSubscriptions(upstream: UpstreamConfig): boolean {
+  return upstream.wsUrl !== undefined && globsMatcher(upstream.methods.deny)?.('eth_subscribe') !== true;
+}
+
+const decisions = new WeakMap<NetworkRuntime, Map<string, number | GatewayError>>();
 
 /**
- * The price of `eth_subscribe` / `eth_unsubscribe` on a network, or undefined where the network
- * offers no subscriptions (not EVM, or no upstream with a `wsUrl`): `-32601` there.
+ * The price of `eth_subscribe` / `eth_unsubscribe` on a network (the catalogue's 5 and 10 unless
+ * its `methods` re-prices them), or the error that answers them: `-32601` where the network
+ * offers no subscriptions (not EVM, or no upstream serves them) or denies the method
+ * (`denyMethods`, "disabled on this gateway"). Decided once per network set.
  */
-export function subscriptionMethodCost(network: NetworkRuntime, method: string): number | undefined {
-  if (network.config.kind !== 'evm') return undefined;
-  if (!network.config.upstreams.some((upstream) => upstream.wsUrl !== undefined)) return undefined;
-  return network.config.methods[method] ?? DEFAULT_COSTS[method];
+export function subscriptionMethodPrice(network: NetworkRuntime, method: string): number | GatewayError {
+  let decided = decisions.get(network);
+  if (decided === undefined) decisions.set(network, (decided = new Map()));
+  let decision = decided.get(method);
+  if (decision === undefined) {
+    const { config } = network;
+    if (createDenyRule(config.kind, config)(method) !== undefined) {
+      decision = new GatewayError('TG_ERR_METHOD_DISABLED', `the method ${method} is disabled on this gateway`);
+    } else if (config.kind !== 'evm' || !config.upstreams.some(servesSubscriptions)) {
+      decision = new GatewayError('TG_ERR_METHOD_NOT_FOUND', `the method ${method} does not exist/is not available`);
+    } else {
+      decision = config.methods[method] ?? DEFAULT_METHOD_COSTS[method] ?? DEFAULT_PASS_THROUGH_COST;
+    }
+    decided.set(method, decision);
+  }
+  return decision;
 }
 
 const ADDRESS = /^0x[0-9a-fA-F]{40}$/;

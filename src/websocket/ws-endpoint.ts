@@ -5,7 +5,10 @@ import { randomBytes } from 'node:crypto';
 import { WebSocket, WebSocketServer } from './ws-library.js';
 import { GatewayError, toHttpStatus, toJsonRpcError } from '../errors.js';
 import { errorReply, NULL_ID, parseBody, serialiseBatch, serialiseReply, type EnvelopeLimits, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
-import { checkNetworkAllowed, type Authenticator } from '../auth/authenticator.js';
+import { checkNetworkAllowed, type AuthenticatedKey, type Authenticator } from '../auth/authenticator.js';
+import { rejected, type ItemRules } from '../auth/key-policy.js';
+import { compileIpRanges, compileOrigins } from '../auth/key-settings.js';
+import { clientAddressOf } from '../auth/client-address.js';
 import type { GatewayConfig } from '../config/schema.js';
 import { bounded, methodForLog, type Logger } from '../logging/logger.js';
 import type { Meter } from '../metering/meter.js';
@@ -16,12 +19,13 @@ import { refusal, type CallExecutor, type CallItem, type PendingReply } from '..
 import { clientGone, createRequestContext, CLIENT_CLOSED_REQUEST, type RequestContext } from '../server/context.js';
 import type { NetworkRuntime, NetworkSet } from '../server/network-runtime.js';
 import type { HubEvent, SubscriptionHub, SubscriptionKind } from './subscription-hub.js';
-import { subscriptionMethodCost, parseSubscribeParams, SUBSCRIPTION_METHODS } from './subscribe-params.js';
+import { parseSubscribeParams, subscriptionMethodPrice, SUBSCRIPTION_METHODS } from './subscribe-params.js';
 
 /**
  * The WebSocket endpoint `{base_url}/ws/v3/<API_KEY>` (DESIGN §8), an HTTP upgrade on the RPC
  * listener. The stages:
- *   upgrade: resolve network → authenticate → network allow-list → connection bounds → accept
+ *   upgrade: resolve network → authenticate → network allow-list → key settings (secret / JWT,
+ *            origin, user agent, IP) → connection bounds → accept
  *   message: parse → per item the HTTP request path (call-dispatch.ts: validate, price, route,
  *            charge) or, for eth_subscribe / eth_unsubscribe, the subscription hub → send → log
  *   event:   reserve its credits → send in order → settle (or refund when it was not sent);
@@ -109,6 +113,14 @@ export function httpPathOf(path: string): string | undefined {
   return match === null ? undefined : `${match[1]}${match[2]}`;
 }
 
+/** The parts of the upgrade request the key settings read (DESIGN §3). */
+interface UpgradeFacts {
+  origin: string | undefined;
+  userAgent: string | undefined;
+  authorization: string | undefined;
+  clientAddress: string | undefined;
+}
+
 interface ClientSubscription {
   id: string;
   kind: SubscriptionKind;
@@ -131,6 +143,8 @@ interface Connection {
   /** The key as it came in the path: every message is authenticated again (revocations apply). */
   apiKey: string;
   auth: KeyWithTeam;
+  /** What the key settings look at, as the upgrade request carried it: every message is admitted again. */
+  facts: UpgradeFacts;
   networkId: string;
   openedAt: number;
   subscriptions: Map<string, ClientSubscription>;
@@ -155,6 +169,20 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
   };
   const wss = new WebSocketServer({ noServer: true, maxPayload: settings.maxMessageBytes, perMessageDeflate: false, clientTracking: false });
   const connections = new Set<Connection>();
+  const corsAllows = compileOrigins(deps.server.cors.allowedOrigins);
+  const trustedProxies = deps.server.trustedProxies.length > 0 ? compileIpRanges(deps.server.trustedProxies) : undefined;
+
+  /**
+   * The key settings, as the HTTP path applies them: an origin the gateway does not serve, then
+   * the key's secret or JWT, origin, user agent and IP rules (throws the 401/403 refusal). Returns
+   * the per-call method and address rules.
+   */
+  async function admit(auth: AuthenticatedKey, facts: UpgradeFacts): Promise<ItemRules | undefined> {
+    if (facts.origin !== undefined && !corsAllows(facts.origin)) throw rejected('origin');
+    if (auth.policy === undefined) return undefined;
+    const admitting = auth.policy.admit({ origin: facts.origin, userAgent: facts.userAgent, authorization: facts.authorization, clientAddress: () => facts.clientAddress });
+    return (admitting instanceof Promise ? await admitting : admitting).items;
+  }
   const perKey = new Map<string, number>();
 
   const idPrefix = `${randomBytes(6).toString('hex')}-ws-`;
@@ -210,13 +238,22 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
       return refuse(socket, new GatewayError('TG_ERR_MISSING_KEY', 'missing API key: use {base_url}/ws/v3/<API_KEY>'), { network: network.config.id });
     }
     const apiKey = resolved.value.apiKey;
-    const fields = { network: network.config.id };
-    let auth: KeyWithTeam;
+    const fields: Record<string, unknown> = { network: network.config.id };
+    const facts: UpgradeFacts = {
+      origin: req.headers.origin,
+      userAgent: req.headers['user-agent'],
+      authorization: req.headers.authorization,
+      clientAddress: clientAddressOf(req.socket.remoteAddress, req.headers['x-forwarded-for'], trustedProxies),
+    };
+    let auth: AuthenticatedKey;
     try {
       const authenticated = deps.authenticator.authenticate(apiKey);
       auth = authenticated instanceof Promise ? await authenticated : authenticated;
+      fields.keyId = auth.key.id;
       checkNetworkAllowed(auth, network.config.id);
+      await admit(auth, facts);
     } catch (error) {
+      if (error instanceof GatewayError && error.code === 'TG_ERR_KEY_SETTINGS') fields.rule = (error.data as { rule: string }).rule;
       return refuse(socket, error instanceof GatewayError ? error : new GatewayError('TG_ERR_INTERNAL', undefined, undefined, undefined, error), fields);
     }
     const keyFields = { ...fields, keyId: auth.key.id, teamId: auth.team.id };
@@ -238,12 +275,12 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
       else perKey.delete(auth.key.id);
     };
     socket.once('close', release);
-    wss.handleUpgrade(req, socket as Socket, head, (ws) => open(ws, socket as Socket, apiKey, auth, network.config.id, release, req));
+    wss.handleUpgrade(req, socket as Socket, head, (ws) => open(ws, socket as Socket, apiKey, auth, facts, network.config.id, release, req));
   }
 
   // --- connections ----------------------------------------------------------------------------
 
-  function open(ws: WebSocket, socket: Socket, apiKey: string, auth: KeyWithTeam, networkId: string, release: () => void, req: IncomingMessage): void {
+  function open(ws: WebSocket, socket: Socket, apiKey: string, auth: KeyWithTeam, facts: UpgradeFacts, networkId: string, release: () => void, req: IncomingMessage): void {
     const connection: Connection = {
       id: nextId(),
       ws,
@@ -251,6 +288,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
       view: socket,
       apiKey,
       auth,
+      facts,
       networkId,
       openedAt: performance.now(),
       subscriptions: new Map(),
@@ -357,15 +395,19 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
       if (network === undefined) {
         return closeConnection(connection, CLOSE_SERVICE_RESTART, 'network_removed', 'network no longer served');
       }
-      // Authenticated again (from the key cache): a revoked or expired key stops being served.
-      let auth: KeyWithTeam;
+      // Authenticated and admitted again (from the key cache): a revoked or expired key, changed
+      // settings or an expired JWT stop being served.
+      let auth: AuthenticatedKey;
+      let itemRules: ItemRules | undefined;
       try {
         const authenticated = deps.authenticator.authenticate(connection.apiKey);
         auth = authenticated instanceof Promise ? await authenticated : authenticated;
         checkNetworkAllowed(auth, connection.networkId);
+        itemRules = await admit(auth, connection.facts);
       } catch (error) {
         const gatewayError = error instanceof GatewayError ? error : new GatewayError('TG_ERR_INTERNAL', undefined, undefined, undefined, error);
         ctx.errorCode = gatewayError.code;
+        if (gatewayError.code === 'TG_ERR_KEY_SETTINGS') (ctx.ruleRejections ??= []).push((gatewayError.data as { rule: string }).rule);
         send(connection, serialiseReply(errorReply(NULL_ID, gatewayError)));
         if (gatewayError.code !== 'TG_ERR_STORE_UNAVAILABLE') closeConnection(connection, CLOSE_POLICY, 'key_invalid', gatewayError.message);
         return;
@@ -382,14 +424,14 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
       const deadline = deps.now() + network.config.requestTimeoutMs;
       if (parsed.kind === 'single') {
         const { item } = parsed;
-        const reply = isSubscriptionCall(item) ? await answerSubscriptionCall(connection, item, network, auth, ctx) : await deps.calls.answerOne(item, network, auth, ctx, deadline);
+        const reply = isSubscriptionCall(item) ? await answerSubscriptionCall(connection, item, network, auth, ctx, itemRules) : await deps.calls.answerOne(item, network, auth, ctx, deadline, itemRules);
         if (reply === undefined) return;
         if (reply === CLIENT_LEFT) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
         if ('error' in reply && reply.gatewayError !== undefined) ctx.errorCode = reply.gatewayError.code;
         if (!send(connection, serialiseReply(reply))) ctx.httpStatus = CLIENT_CLOSED_REQUEST;
         return;
       }
-      const replies = await answerBatch(connection, parsed.items, network, auth, ctx, deadline);
+      const replies = await answerBatch(connection, parsed.items, network, auth, ctx, deadline, itemRules);
       if (replies === CLIENT_LEFT) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
       if (replies.length > 0 && !send(connection, serialiseBatch(replies))) ctx.httpStatus = CLIENT_CLOSED_REQUEST;
     } catch (error) {
@@ -401,10 +443,18 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
   }
 
   /** A batch: subscription calls answered here, every other item by the shared path, replies in request order. */
-  async function answerBatch(connection: Connection, items: RequestItem[], network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): Promise<Reply[] | typeof CLIENT_LEFT> {
+  async function answerBatch(
+    connection: Connection,
+    items: RequestItem[],
+    network: NetworkRuntime,
+    auth: KeyWithTeam,
+    ctx: RequestContext,
+    deadline: number,
+    rules: ItemRules | undefined,
+  ): Promise<Reply[] | typeof CLIENT_LEFT> {
     const others = items.filter((item) => !isSubscriptionCall(item));
-    if (others.length === items.length) return deps.calls.answerBatch(items, network, auth, ctx, deadline);
-    const answered = others.length > 0 ? await deps.calls.answerBatch(others, network, auth, ctx, deadline) : [];
+    if (others.length === items.length) return deps.calls.answerBatch(items, network, auth, ctx, deadline, rules);
+    const answered = others.length > 0 ? await deps.calls.answerBatch(others, network, auth, ctx, deadline, rules) : [];
     if (answered === CLIENT_LEFT) return CLIENT_LEFT;
     ctx.batchSize = items.length;
     // The shared path answers its items in order, skipping notifications; merge by position.
@@ -412,7 +462,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
     let next = 0;
     for (const item of items) {
       if (isSubscriptionCall(item)) {
-        const reply = await answerSubscriptionCall(connection, item, network, auth, ctx);
+        const reply = await answerSubscriptionCall(connection, item, network, auth, ctx, rules);
         if (reply === CLIENT_LEFT) return CLIENT_LEFT;
         replies.push(reply);
       } else if (item.kind !== 'notification') {
@@ -470,16 +520,27 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
   }
 
   /** eth_subscribe / eth_unsubscribe: validated and priced like any call, charged through the executor's commit. */
-  async function answerSubscriptionCall(connection: Connection, item: CallItem, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext): Promise<Reply | typeof CLIENT_LEFT> {
+  async function answerSubscriptionCall(
+    connection: Connection,
+    item: CallItem,
+    network: NetworkRuntime,
+    auth: KeyWithTeam,
+    ctx: RequestContext,
+    rules: ItemRules | undefined,
+  ): Promise<Reply | typeof CLIENT_LEFT> {
     ctx.methods.push(methodForLog(item.method, true));
     const answer = (reply: Reply, outcome?: string): Reply => {
       ctx.calls.push({ method: item.method, outcome: outcome ?? ('result' in reply ? 'ok' : (reply.gatewayError?.code.slice('TG_ERR_'.length).toLowerCase() ?? 'upstream_error')) });
       return reply;
     };
-    const cost = subscriptionMethodCost(network, item.method);
-    if (cost === undefined) {
-      return answer(errorReply(item.id, new GatewayError('TG_ERR_METHOD_NOT_FOUND', `the method ${item.method} does not exist/is not available`)));
+    // The key's method rule applies to subscriptions as to any call (a key limited to eth_call cannot subscribe).
+    const rule = rules?.check(item.method, item.params);
+    if (rule !== undefined) {
+      (ctx.ruleRejections ??= []).push(rule);
+      return answer(errorReply(item.id, rejected(rule)));
     }
+    const cost = subscriptionMethodPrice(network, item.method);
+    if (cost instanceof GatewayError) return answer(errorReply(item.id, cost));
     if (item.paramsError !== undefined) return answer(errorReply(item.id, item.paramsError));
     const subject = subjectFor(connection, auth, item.method, cost, true);
     const commit = async (result: unknown): Promise<Reply | typeof CLIENT_LEFT> => {
