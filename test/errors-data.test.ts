@@ -13,6 +13,7 @@ import { issueKey } from '../src/admin/key-issuer.js';
 import { applySettingsPatch } from '../src/auth/key-settings.js';
 import { rpc, startTestGateway, type TestGateway } from './helpers/gateway.js';
 import { useScriptedUpstreams } from './helpers/scripted-upstream.js';
+import { WebSocket } from '../src/websocket/ws-library.js';
 
 const DOC = readFileSync(join(process.cwd(), 'docs', 'errors.md'), 'utf8');
 
@@ -98,7 +99,7 @@ describe('docs/errors.md data fields against what the gateway emits', () => {
     tg = await startTestGateway({
       now: () => frozenAt,
       dailyCredits: 1_000,
-      config: { auth: { keyCacheTtlMs: 0 } },
+      config: { auth: { keyCacheTtlMs: 0 }, server: { host: '127.0.0.1', port: 0, websocket: { maxConnections: 2, maxConnectionsPerKey: 1, maxSubscriptionsPerConnection: 1 } } },
       networks: [
         { id: 'failing', kind: 'evm', chainId: 1, verification: 'off', upstreams: [{ id: 'f', url: failing.url }] },
         { id: 'stalled', kind: 'evm', chainId: 1, verification: 'off', requestTimeoutMs: 200, hedge: { enabled: false }, upstreams: [{ id: 's', url: stalled.url, timeoutMs: 150 }] },
@@ -110,6 +111,8 @@ describe('docs/errors.md data fields against what the gateway emits', () => {
           circuitBreaker: { failureThreshold: 1, cooldownMs: 3_600_000 },
           upstreams: [{ id: 'b', url: breaking.url }],
         },
+        // Subscriptions are offered (a wsUrl), though nothing listens there: the limits come first.
+        { id: 'subs', kind: 'evm', chainId: 1, verification: 'off', upstreams: [{ id: 'w', url: failing.url, wsUrl: 'ws://127.0.0.1:9' }] },
       ],
     });
     const record = async (url: string, id: number, headers?: Record<string, string>): Promise<void> => {
@@ -140,7 +143,45 @@ describe('docs/errors.md data fields against what the gateway emits', () => {
     await tg.store.updateTeam(tg.team.id, { creditsPerSecond: 80 });
     await record(tg.url('failing'), 6);
     await record(tg.url('failing'), 7); // TG_ERR_RATE_LIMITED
+    await tg.store.updateTeam(tg.team.id, { creditsPerSecond: null });
     frozenAt += 1;
+
+    // WebSocket bounds: the log line of a refused upgrade or of a message names the code.
+    const wsUrl = (secret: string) => tg.url('subs', secret).replace('http://', 'ws://').replace('/subs/v3/', '/subs/ws/v3/');
+    const codeInLogs = (from: number): GatewayErrorCode | undefined =>
+      (Object.keys(ERROR_REGISTRY) as GatewayErrorCode[]).find((name) => name.startsWith('TG_ERR_WS_') && tg.logLines.slice(from).some((line) => line.includes(`"error":"${name}"`)));
+    const upgrade = (url: string) =>
+      new Promise<{ socket?: WebSocket; data?: Record<string, unknown> }>((resolve, reject) => {
+        const socket = new WebSocket(url);
+        socket.once('open', () => resolve({ socket }));
+        socket.once('error', () => undefined);
+        socket.once('unexpected-response', (_req, res) => {
+          let text = '';
+          res.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
+          res.on('end', () => resolve({ data: (JSON.parse(text) as { error: { data: Record<string, unknown> } }).error.data }));
+          res.on('error', reject);
+        });
+      });
+    const recordWs = (from: number, data: Record<string, unknown> | undefined) => {
+      const code = codeInLogs(from);
+      if (data !== undefined && code !== undefined) emitted.set(code, data);
+    };
+    const first = await upgrade(wsUrl(tg.apiKey));
+    let mark = tg.logLines.length;
+    recordWs(mark, (await upgrade(wsUrl(tg.apiKey))).data); // TG_ERR_WS_KEY_CONNECTIONS
+    const second = await upgrade(wsUrl((await issueKey(tg.store, { teamId: tg.team.id })).secret));
+    mark = tg.logLines.length;
+    recordWs(mark, (await upgrade(wsUrl((await issueKey(tg.store, { teamId: tg.team.id })).secret))).data); // TG_ERR_WS_SERVER_FULL
+    const replies: Array<{ id: number; error?: { data: Record<string, unknown> } }> = [];
+    first.socket!.on('message', (bytes: Buffer) => replies.push(JSON.parse(bytes.toString('utf8'))));
+    first.socket!.send(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_subscribe', params: ['newHeads'] }));
+    first.socket!.send(JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'eth_subscribe', params: ['newPendingTransactions'] }));
+    mark = tg.logLines.length;
+    while (replies.length < 2) await new Promise((resolve) => setTimeout(resolve, 10));
+    await new Promise((resolve) => setTimeout(resolve, 50)); // the message's log line follows its reply
+    recordWs(mark, replies.find((reply) => reply.id === 2)?.error?.data); // TG_ERR_WS_SUBSCRIPTION_LIMIT
+    first.socket!.terminate();
+    second.socket?.terminate();
   });
 
   afterAll(async () => {
@@ -157,6 +198,9 @@ describe('docs/errors.md data fields against what the gateway emits', () => {
         'TG_ERR_RATE_LIMITED',
         'TG_ERR_UPSTREAMS_FAILED',
         'TG_ERR_UPSTREAMS_TIMED_OUT',
+        'TG_ERR_WS_KEY_CONNECTIONS',
+        'TG_ERR_WS_SERVER_FULL',
+        'TG_ERR_WS_SUBSCRIPTION_LIMIT',
       ].sort(),
     );
   });

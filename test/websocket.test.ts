@@ -521,6 +521,10 @@ describe('WebSocket bounds, throughput and metrics', () => {
     expect((await first.call('eth_subscribe', ['newHeads'])).result).toMatch(/^0x/);
     const refused = await first.call('eth_subscribe', ['newPendingTransactions']);
     expect(refused.error).toMatchObject({ code: -32005, data: { reason: 'subscription_limit', limit: 1 } });
+    // Two at once on a fresh connection: the one being charged holds its place (it once let both in).
+    const both = await Promise.all([third.call('eth_subscribe', ['newHeads']), third.call('eth_subscribe', ['newPendingTransactions'])]);
+    expect(both.filter((answer) => answer.result !== undefined)).toHaveLength(1);
+    expect(both.filter((answer) => answer.error?.data?.reason === 'subscription_limit')).toHaveLength(1);
 
     second.ws.send(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: ['x'.repeat(4096)] }));
     expect((await second.closed).code).toBe(1009);

@@ -148,6 +148,8 @@ interface Connection {
   networkId: string;
   openedAt: number;
   subscriptions: Map<string, ClientSubscription>;
+  /** `eth_subscribe` calls being charged (they count against the subscription bound). */
+  subscribing: number;
   /** Events wait here for their reservations, so they go out in order. */
   outbox: Promise<void>;
   closing: boolean;
@@ -184,6 +186,8 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
     return (admitting instanceof Promise ? await admitting : admitting).items;
   }
   const perKey = new Map<string, number>();
+  /** Connections open or being opened (handshake under way): what the process bound counts. */
+  let admitted = 0;
 
   const idPrefix = `${randomBytes(6).toString('hex')}-ws-`;
   let counter = 0;
@@ -257,7 +261,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
       return refuse(socket, error instanceof GatewayError ? error : new GatewayError('TG_ERR_INTERNAL', undefined, undefined, undefined, error), fields);
     }
     const keyFields = { ...fields, keyId: auth.key.id, teamId: auth.team.id };
-    if (connections.size >= settings.maxConnections) {
+    if (admitted >= settings.maxConnections) {
       return refuse(socket, new GatewayError('TG_ERR_WS_SERVER_FULL', undefined, { reason: 'connection_limit', scope: 'process', limit: settings.maxConnections }), keyFields);
     }
     if ((perKey.get(auth.key.id) ?? 0) >= settings.maxConnectionsPerKey) {
@@ -266,10 +270,12 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
     if (socket.destroyed) return;
     // Counted before the handshake completes, so concurrent upgrades cannot overshoot the bounds.
     perKey.set(auth.key.id, (perKey.get(auth.key.id) ?? 0) + 1);
+    admitted += 1;
     const reserved = { released: false };
     const release = () => {
       if (reserved.released) return;
       reserved.released = true;
+      admitted -= 1;
       const left = (perKey.get(auth.key.id) ?? 1) - 1;
       if (left > 0) perKey.set(auth.key.id, left);
       else perKey.delete(auth.key.id);
@@ -292,6 +298,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
       networkId,
       openedAt: performance.now(),
       subscriptions: new Map(),
+      subscribing: 0,
       outbox: Promise.resolve(),
       closing: false,
       reason: undefined,
@@ -570,12 +577,19 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
     } catch (error) {
       return answer(errorReply(item.id, error as GatewayError));
     }
-    if (connection.subscriptions.size >= settings.maxSubscriptionsPerConnection) {
+    // Subscriptions still being charged hold their place: two at once cannot both take the last one.
+    if (connection.subscriptions.size + connection.subscribing >= settings.maxSubscriptionsPerConnection) {
       const limit = settings.maxSubscriptionsPerConnection;
       return answer(errorReply(item.id, new GatewayError('TG_ERR_WS_SUBSCRIPTION_LIMIT', undefined, { reason: 'subscription_limit', limit })));
     }
     const id = `0x${randomBytes(16).toString('hex')}`;
-    const reply = await commit(id);
+    connection.subscribing += 1;
+    let reply: Reply | typeof CLIENT_LEFT;
+    try {
+      reply = await commit(id);
+    } finally {
+      connection.subscribing -= 1;
+    }
     if (reply === CLIENT_LEFT || !('result' in reply) || connection.closing) return reply;
     const price = network.config.subscriptions.eventCredits[request.kind];
     const subscription: ClientSubscription = { id, kind: request.kind, price, unhook: () => undefined, chargedBlocks: new Set() };
