@@ -2,6 +2,7 @@
 // sockets: viem's webSocket() transport and ethers' WebSocketProvider, requests over the socket
 // on the HTTP request path, refused upgrades, and subscriptions (shared, metered, bounded).
 
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { createPublicClient, createWalletClient, http, keccak256, parseAbiItem, stringToBytes, webSocket, type Hash } from 'viem';
@@ -191,6 +192,44 @@ describe('WebSocket endpoint: requests and clients', () => {
     expect((await client.call('eth_subscribe', ['nope'])).error.code).toBe(-32602);
     const http = await rpc(gateway.url('eth'), { jsonrpc: '2.0', id: 1, method: 'eth_subscribe', params: ['newHeads'] });
     expect(http.body.error.code).toBe(-32601);
+    client.ws.close();
+  });
+
+  it('hands an Upgrade to anything but WebSocket (h2c) back to HTTP, answered as a plain request', async () => {
+    const { port } = new URL(gateway.gateway.rpcOrigin);
+    const body = JSON.stringify({ jsonrpc: '2.0', id: 'h2c', method: 'eth_chainId', params: [] });
+    const answer = await new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(port), '127.0.0.1');
+      let text = '';
+      socket.on('data', (chunk) => {
+        text += chunk.toString('utf8');
+        if (text.includes('"h2c"')) {
+          socket.destroy();
+          resolve(text);
+        }
+      });
+      socket.on('error', reject);
+      socket.write(
+        `POST /eth/v3/${gateway.apiKey} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n` +
+          `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      );
+    });
+    expect(answer.startsWith('HTTP/1.1 200')).toBe(true);
+    expect(answer).toContain(`{"jsonrpc":"2.0","id":"h2c","result":"0x${anvil.chainId.toString(16)}"}`);
+  });
+
+  it('serves newPendingTransactions: the hash of a transaction sent to the node', async () => {
+    const client = await openClient(wsUrl(gateway, 'eth'));
+    const id = (await client.call('eth_subscribe', ['newPendingTransactions'])).result as string;
+    await until(() => proxy.subscribeCalls.includes('newPendingTransactions'), 10_000, 'the upstream subscription');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const account = privateKeyToAccount(DEV_KEY);
+    const wallet = createWalletClient({ account, chain: foundry, transport: http(anvil.url) });
+    const hash = await wallet.sendTransaction({ to: account.address, value: 1n });
+    const event = await client.next((message) => message.params?.subscription === id);
+    expect(event.params.result).toBe(hash);
+    expect((await client.call('eth_unsubscribe', [id])).result).toBe(true);
+    expect((await client.call('eth_unsubscribe', [id])).result).toBe(false);
     client.ws.close();
   });
 
