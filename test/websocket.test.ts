@@ -618,6 +618,62 @@ describe('WebSocket bounds, throughput and metrics', () => {
   });
 });
 
+describe('WebSocket subscriptions off an upstream that falls silent', () => {
+  let gateway: TestGateway;
+  const proxies: WsProxy[] = [];
+  beforeAll(async () => {
+    const target = anvil.url.replace('http://', 'ws://');
+    proxies.push(await startWsProxy(target), await startWsProxy(target));
+    gateway = await startTestGateway({
+      networks: [
+        {
+          id: 'stall',
+          kind: 'evm',
+          chainId: anvil.chainId,
+          methods: METHODS,
+          // Probes (over HTTP) see the chain move on while the carrying socket says nothing.
+          healthCheck: { intervalMs: 100 },
+          subscriptions: { stallTimeoutMs: 600, reconnectDelayMs: 100 },
+          upstreams: proxies.map((proxy, index) => ({ id: `u${index}`, url: anvil.url, wsUrl: proxy.url })),
+        },
+      ],
+    });
+  });
+  afterAll(async () => {
+    await gateway?.close();
+    for (const proxy of proxies) await proxy.kill().catch(() => undefined);
+  });
+
+  it('moves when the carrying upstream stops sending heads while another is ahead: every block and log once, in order', async () => {
+    const address = await deployPing(anvil);
+    const client = await openClient(wsUrl(gateway, 'stall'));
+    const heads = (await client.call('eth_subscribe', ['newHeads'])).result as string;
+    const logs = (await client.call('eth_subscribe', ['logs', { address }])).result as string;
+    await until(() => proxies.some((proxy) => proxy.subscribeCalls.includes('logs')), 10_000, 'upstream subscriptions');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const carrying = proxies.find((proxy) => proxy.subscribeCalls.includes('logs'))!;
+    const other = proxies.find((proxy) => proxy !== carrying)!;
+    const startBlock = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) + 1;
+    const sent: string[] = [];
+    for (let index = 0; index < 15; index += 1) {
+      const started = Date.now();
+      sent.push(await ping(anvil, address));
+      if (index === 4) carrying.freeze();
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, 200 - (Date.now() - started))));
+    }
+    const lastBlock = Number(await directRpc(anvil.url, 'eth_blockNumber', []));
+    const events = (id: string) => client.messages.filter((message) => message.params?.subscription === id).map((message) => message.params.result);
+    await until(() => events(heads).some((head) => Number(head.number) === lastBlock) && events(logs).length >= sent.length, 15_000, 'the last block and every log');
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(other.subscribeCalls).toContain('logs');
+    expect(gateway.logLines.some((line) => line.includes('subscriptions moving off an upstream') && line.includes('"stalled"'))).toBe(true);
+    const seen = events(heads).filter((head) => Number(head.number) >= startBlock).map((head) => Number(head.number));
+    expect(seen).toEqual(Array.from({ length: lastBlock - startBlock + 1 }, (_, index) => startBlock + index));
+    expect(events(logs).map((log) => log.transactionHash)).toEqual(sent);
+    client.ws.close();
+  }, 60_000);
+});
+
 describe('WebSocket subscriptions across a reorg hidden by an upstream move', () => {
   let gateway: TestGateway;
   let carrying: WsProxy;

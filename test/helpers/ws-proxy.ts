@@ -11,6 +11,8 @@ export interface WsProxy {
   subscribeCalls: string[];
   /** Connections open through the proxy now. */
   open(): number;
+  /** From now on nothing the upstream sends is passed on (the connections stay open): an upstream that fell silent. */
+  freeze(): void;
   /** While true, new connections are refused at the upgrade (HTTP 401). */
   refuse(refusing: boolean): void;
   /** Closes every connection at once (a reset, not a close handshake) and refuses new ones. */
@@ -19,6 +21,7 @@ export interface WsProxy {
 
 export async function startWsProxy(target: string, options: { refusing?: boolean } = {}): Promise<WsProxy> {
   let refusing = options.refusing ?? false;
+  let frozen = false;
   const server = new WebSocketServer({ host: '127.0.0.1', port: 0, perMessageDeflate: false, verifyClient: () => !refusing });
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));
   const subscribeCalls: string[] = [];
@@ -41,7 +44,7 @@ export async function startWsProxy(target: string, options: { refusing?: boolean
     });
     upstream.on('open', () => early.splice(0).forEach((text) => upstream.send(text)));
     upstream.on('message', (data: Buffer) => {
-      if (client.readyState === WebSocket.OPEN) client.send(data.toString('utf8'));
+      if (client.readyState === WebSocket.OPEN && !frozen) client.send(data.toString('utf8'));
     });
     const end = () => {
       pairs.delete(pair);
@@ -58,6 +61,9 @@ export async function startWsProxy(target: string, options: { refusing?: boolean
     url: `ws://127.0.0.1:${port}`,
     subscribeCalls,
     open: () => pairs.size,
+    freeze() {
+      frozen = true;
+    },
     refuse(value) {
       refusing = value;
     },
