@@ -218,6 +218,15 @@ describe('WebSocket endpoint: requests and clients', () => {
     expect(answer).toContain(`{"jsonrpc":"2.0","id":"h2c","result":"0x${anvil.chainId.toString(16)}"}`);
   });
 
+  it('answers 1,000 messages sent at once (reading pauses past 256 in progress and resumes)', async () => {
+    const client = await openClient(wsUrl(gateway, 'eth'));
+    for (let id = 0; id < 1_000; id += 1) client.ws.send(JSON.stringify({ jsonrpc: '2.0', id: `m${id}`, method: 'eth_blockNumber', params: [] }));
+    await until(() => client.messages.length >= 1_000, 20_000, 'every answer');
+    expect(new Set(client.messages.map((message) => message.id)).size).toBe(1_000);
+    expect(client.messages.every((message) => typeof message.result === 'string')).toBe(true);
+    client.ws.close();
+  }, 30_000);
+
   it('serves newPendingTransactions: the hash of a transaction sent to the node', async () => {
     const client = await openClient(wsUrl(gateway, 'eth'));
     const id = (await client.call('eth_subscribe', ['newPendingTransactions'])).result as string;

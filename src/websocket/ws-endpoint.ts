@@ -91,6 +91,15 @@ const CLOSE_POLICY = 1008;
 const CLOSE_GOING_AWAY = 1001;
 const CLOSE_SERVICE_RESTART = 1012;
 
+/**
+ * Messages one connection may have in progress; past it the gateway stops reading from that
+ * client (TCP back-pressure) until some are answered, as HTTP pipelining does one at a time.
+ */
+const MAX_MESSAGES_IN_FLIGHT = 256;
+
+/** ws 8's `pause()` / `resume()` (which the ws 7 type package hoisted beside it does not declare). */
+const flow = (ws: WebSocket) => ws as unknown as { pause(): void; resume(): void };
+
 /** Logs of one block already charged, remembered per client subscription. */
 const CHARGED_BLOCKS_REMEMBERED = 512;
 
@@ -150,6 +159,8 @@ interface Connection {
   subscriptions: Map<string, ClientSubscription>;
   /** `eth_subscribe` calls being charged (they count against the subscription bound). */
   subscribing: number;
+  /** Messages being answered. */
+  inFlight: number;
   /** Events wait here for their reservations, so they go out in order. */
   outbox: Promise<void>;
   closing: boolean;
@@ -299,6 +310,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
       openedAt: performance.now(),
       subscriptions: new Map(),
       subscribing: 0,
+      inFlight: 0,
       outbox: Promise.resolve(),
       closing: false,
       reason: undefined,
@@ -328,7 +340,12 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
     ws.on('message', (data: Buffer | ArrayBuffer | Buffer[]) => {
       const bytes = Buffer.isBuffer(data) ? data : Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data);
       connection.messages += 1;
-      void handleMessage(connection, bytes);
+      connection.inFlight += 1;
+      if (connection.inFlight === MAX_MESSAGES_IN_FLIGHT) flow(ws).pause();
+      void handleMessage(connection, bytes).finally(() => {
+        connection.inFlight -= 1;
+        if (connection.inFlight === MAX_MESSAGES_IN_FLIGHT - 1 && ws.readyState === WebSocket.OPEN) flow(ws).resume();
+      });
     });
     ws.on('error', (error: Error & { code?: string }) => {
       connection.reason ??= error.code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH' ? 'message_too_large' : 'error';
