@@ -591,6 +591,18 @@ describe('WebSocket bounds, throughput and metrics', () => {
     expect((await client.closed).code).toBe(1006);
   });
 
+  it('closes a listening-only connection (1008) once its key is revoked', async () => {
+    const { key, secret } = await issueKey(gateway.store, { teamId: gateway.team.id });
+    const client = await openClient(wsUrl(gateway, 'eth', secret));
+    expect((await client.call('eth_subscribe', ['newHeads'])).result).toMatch(/^0x/);
+    const revoked = await fetch(`${gateway.gateway.adminOrigin}/v1/keys/${key.id}/revoke`, { method: 'POST', headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } });
+    expect(revoked.status).toBe(200);
+    // No message is sent: the check rides on the pings (every 100 ms here).
+    const closed = await client.closed;
+    expect(closed.code).toBe(1008);
+    await until(() => gateway.logLines.some((line) => line.includes('"websocket close"') && line.includes('"key_invalid"') && line.includes(key.id)), 5_000, 'the close log line');
+  });
+
   it('applies the team throughput limit to requests over the socket', async () => {
     const team = await gateway.store.createTeam({ name: `tps-${Math.random().toString(36).slice(2)}`, dailyCredits: 1_000_000, creditsPerSecond: 100 });
     const { secret } = await issueKey(gateway.store, { teamId: team.id });

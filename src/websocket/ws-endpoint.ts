@@ -199,6 +199,8 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
   const perKey = new Map<string, number>();
   /** Connections open or being opened (handshake under way): what the process bound counts. */
   let admitted = 0;
+  /** Set by `close` (drain, shutdown): no more upgrades. */
+  let stopped = false;
 
   const idPrefix = `${randomBytes(6).toString('hex')}-ws-`;
   let counter = 0;
@@ -240,6 +242,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
   }
 
   async function upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    if (stopped) return void socket.destroy();
     const host = req.headers.host;
     const path = httpPathOf(req.url ?? '/');
     if (path === undefined) return refuse(socket, new GatewayError('TG_ERR_NOT_FOUND', 'not found: expected {base_url}/ws/v3/<API_KEY>'));
@@ -687,6 +690,24 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
 
   // --- liveness -------------------------------------------------------------------------------
 
+  /**
+   * A connection that only listens sends no message to be re-checked on: with every ping its key
+   * is authenticated and admitted again (a revoked key stops its events), and the team's limits
+   * its events are charged against are refreshed.
+   */
+  async function recheckKey(connection: Connection): Promise<void> {
+    try {
+      const authenticated = deps.authenticator.authenticate(connection.apiKey);
+      const auth = authenticated instanceof Promise ? await authenticated : authenticated;
+      checkNetworkAllowed(auth, connection.networkId);
+      await admit(auth, connection.facts);
+      connection.auth = auth;
+    } catch (error) {
+      // The store being unreachable says nothing about the key: the connection stays.
+      if (error instanceof GatewayError && error.code !== 'TG_ERR_STORE_UNAVAILABLE') closeConnection(connection, CLOSE_POLICY, 'key_invalid', error.message);
+    }
+  }
+
   const tickMs = Math.max(50, Math.min(1_000, Math.floor(Math.min(settings.pingIntervalMs, settings.pongTimeoutMs) / 2)));
   const ticker = setInterval(() => {
     const wall = Date.now();
@@ -704,6 +725,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
         connection.lastPingAt = wall;
         connection.awaitingPong = true;
         connection.ws.ping();
+        void recheckKey(connection);
       }
     }
   }, tickMs);
@@ -723,6 +745,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
     },
     connectionCount: () => connections.size,
     close() {
+      stopped = true;
       clearInterval(ticker);
       for (const connection of connections) closeConnection(connection, CLOSE_GOING_AWAY, 'shutdown', 'gateway shutting down');
       deps.hub.close();
