@@ -1,4 +1,4 @@
-import type { KeyDirectory, Ledger, Store, StoreSnapshot, UsageReports } from './types.js';
+import type { AlertStore, KeyDirectory, Ledger, Store, StoreSnapshot, TeamTokens, UsageReports } from './types.js';
 
 /** What a driver builds; {@link composeStore} makes the one {@link Store} of them. */
 export interface StoreParts {
@@ -8,6 +8,9 @@ export interface StoreParts {
     exportEntries(): Pick<StoreSnapshot, 'teams' | 'keys'> | Promise<Pick<StoreSnapshot, 'teams' | 'keys'>>;
   };
   usage: UsageReports['usage'];
+  hourlyUsage: UsageReports['hourlyUsage'];
+  /** Team tokens, alert settings, event claims and webhook deliveries. */
+  portal: TeamTokens & AlertStore;
   /** Writes a snapshot's teams, keys and usage, all or nothing. */
   importSnapshot(snapshot: StoreSnapshot): Promise<void>;
   ping(): Promise<void>;
@@ -19,6 +22,8 @@ export function composeStore(parts: StoreParts): Store {
   const { ledger, directory, usage } = parts;
   return {
     ...directory,
+    ...parts.portal,
+    hourlyUsage: parts.hourlyUsage,
     applyLedger: ledger.applyLedger,
     recoverReservations: ledger.recoverReservations,
     usage,
