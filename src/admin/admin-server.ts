@@ -39,11 +39,12 @@ const keyFields = {
   /** ISO-8601 instant or null. */
   expiresAt: z.iso.datetime({ offset: true }).nullable().optional(),
 };
-const keyCreate = z.strictObject(keyFields);
-const keyUpdate = z.strictObject(keyFields);
-const keyRotate = z.strictObject({ gracePeriodSeconds: z.number().int().min(0).max(30 * 86_400).optional() });
+/** Also the team API's key bodies (src/portal), so both accept the same key settings. */
+export const keyCreate = z.strictObject(keyFields);
+export const keyUpdate = z.strictObject(keyFields);
+export const keyRotate = z.strictObject({ gracePeriodSeconds: z.number().int().min(0).max(30 * 86_400).optional() });
 
-function parse<T>(schema: z.ZodType<T>, body: unknown): T {
+export function parse<T>(schema: z.ZodType<T>, body: unknown): T {
   const result = schema.safeParse(body ?? {});
   if (!result.success) {
     throw new AdminError(400, result.error.issues.map((issue) => `${issue.path.join('.') || 'body'}: ${issue.message}`).join('; '));
@@ -51,7 +52,7 @@ function parse<T>(schema: z.ZodType<T>, body: unknown): T {
   return result.data;
 }
 
-function expiresAtMs(value: string | null | undefined): number | null | undefined {
+export function expiresAtMs(value: string | null | undefined): number | null | undefined {
   return value === undefined || value === null ? value : Date.parse(value);
 }
 

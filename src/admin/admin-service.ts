@@ -55,7 +55,10 @@ export interface AdminService {
   usage(query: { team?: string; key?: string; from?: string; to?: string; days?: number }): Promise<UsageReport>;
 }
 
-export function createAdminService(store: KeyDirectory & UsageReports, options: { now?: () => number; onChange?: () => void } = {}): AdminService {
+export function createAdminService(
+  store: KeyDirectory & UsageReports,
+  options: { now?: () => number; onChange?: () => void; onKeyRevoked?: (key: ApiKey) => void } = {},
+): AdminService {
   const now = options.now ?? Date.now;
   const changed = () => options.onChange?.();
 
@@ -118,7 +121,9 @@ export function createAdminService(store: KeyDirectory & UsageReports, options: 
       await key(id);
       await store.revokeKey(id, now());
       changed();
-      return key(id);
+      const revoked = await key(id);
+      options.onKeyRevoked?.(revoked);
+      return revoked;
     },
     async usage(query) {
       if ((query.team === undefined) === (query.key === undefined)) throw new AdminError(400, 'give exactly one of team or key');

@@ -27,6 +27,14 @@ export type {
   TeamPatch,
   KeyPatch,
   StoreSnapshot,
+  TeamToken,
+  TeamTokens,
+  NewTeamToken,
+  AlertSettings,
+  AlertStore,
+  WebhookDelivery,
+  HourlyUsageQuery,
+  HourlyUsageRow,
 } from './types.js';
 export { StoreConflictError } from './types.js';
 
