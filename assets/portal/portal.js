@@ -93,7 +93,7 @@
         labels: credits.map((_, hour) => `${String(hour).padStart(2, '0')}:00`),
         datasets: [
           { type: 'bar', label: 'credits', data: credits, backgroundColor: PALETTE[0], yAxisID: 'y' },
-          { type: 'line', label: 'requests', data: requests, borderColor: PALETTE[1], backgroundColor: PALETTE[1], yAxisID: 'y1', tension: 0.2 },
+          { type: 'line', label: 'requests', data: requests, borderColor: PALETTE[1], backgroundColor: PALETTE[1], yAxisID: 'y1', tension: 0 },
         ],
       },
       options: {
