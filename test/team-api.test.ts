@@ -219,6 +219,9 @@ describe('page sessions', () => {
     expect(created.status).toBe(201);
     await team(tokenA, 'POST', `/v1/keys/${created.body.key.id}/revoke`);
 
+    // Another site cannot sign a browser in either.
+    expect((await team(undefined, 'POST', '/session', { token: tokenA }, { origin: 'https://evil.example' })).status).toBe(403);
+
     // A forged or tampered cookie is nobody.
     const [name, value] = cookie.split('=') as [string, string];
     const tampered = `${name}=${Buffer.from(JSON.stringify({ k: tokenAId, t: teamB.id, e: Date.now() + 60_000 })).toString('base64url')}.${value.split('.')[1]}`;

@@ -162,20 +162,22 @@ export function createPortalHandler(options: PortalOptions) {
     return `${COOKIE}=${value}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${maxAgeSeconds}${options.secureCookies ? '; Secure' : ''}`;
   }
 
+  /** A browser's `Origin`, when sent, must be the portal's own (no other site may sign in or write). */
+  function checkOrigin(req: IncomingMessage): void {
+    const origin = req.headers.origin;
+    if (origin === undefined) return;
+    let host: string | undefined;
+    try {
+      host = new URL(origin).host;
+    } catch {
+      host = undefined;
+    }
+    if (host === undefined || host === '' || host !== req.headers.host) throw new HttpError(403, 'forbidden', 'cross-origin request refused');
+  }
+
   /** A write sent with the cookie must come from the page: same origin, JSON, the session's CSRF token. */
   function checkWrite(req: IncomingMessage, session: Session): void {
-    const origin = req.headers.origin;
-    if (origin !== undefined && origin !== 'null') {
-      let host: string | undefined;
-      try {
-        host = new URL(origin).host;
-      } catch {
-        host = undefined;
-      }
-      if (host !== req.headers.host) throw new HttpError(403, 'forbidden', 'cross-origin request refused');
-    } else if (origin === 'null') {
-      throw new HttpError(403, 'forbidden', 'cross-origin request refused');
-    }
+    checkOrigin(req);
     if (!/^application\/json\b/i.test(req.headers['content-type'] ?? '') && req.method !== 'DELETE') {
       throw new HttpError(415, 'unsupported_media_type', 'send JSON (content-type: application/json)');
     }
@@ -209,6 +211,7 @@ export function createPortalHandler(options: PortalOptions) {
 
   async function handleSession(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (req.method === 'POST') {
+      checkOrigin(req);
       const body = (await readJson(req)) as { token?: unknown } | undefined;
       const found = typeof body?.token === 'string' ? await teamOfToken(store, body.token) : null;
       if (found === null) throw new HttpError(401, 'unauthorized', 'that team token is not valid');
