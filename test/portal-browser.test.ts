@@ -140,11 +140,27 @@ describe('the team portal in Chromium', () => {
     const lastUsed = await page.$$eval('#keys-table tbody tr', (rows) => rows.filter((r) => r.textContent?.includes('browser-key')).map((r) => r.querySelector('.last-used')?.textContent));
     expect(lastUsed[0]).toMatch(new RegExp(`^${today()} \\d{2}:00$`));
     // 360 px: nothing sticks out of the page (the keys table scrolls inside its own box).
+    // The charts follow the new width on their resize observer's next frame, hence the wait.
     await page.setViewport({ width: 360, height: 800 });
-    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(360);
+    const fits = await page.waitForFunction(() => document.documentElement.scrollWidth <= 360, { timeout: 5_000 }).then(() => true, () => false);
+    expect(fits, `page is ${await page.evaluate(() => document.documentElement.scrollWidth)} px wide at 360`).toBe(true);
     await page.setViewport({ width: 1100, height: 900 });
+    await page.waitForFunction(() => document.getElementById('daily-chart').clientWidth > 800, { timeout: 5_000 });
     await page.screenshot({ path: SCREENSHOT, fullPage: true });
     (globalThis as any).__browserKeySecret = secret;
+  });
+
+  it("edits a key's settings (PATCH through the admin service)", async () => {
+    await page.click('button[aria-label="Edit key browser-key"]');
+    expect(await page.$eval('#key-cap', (element) => (element as HTMLInputElement).value)).toBe('5000');
+    await page.$eval('#key-cap', (element) => ((element as HTMLInputElement).value = ''));
+    await page.type('#key-cap', '6000');
+    await page.type('#key-networks', 'eth');
+    await clickAndLoad('#key-submit');
+    const row = await page.$$eval('#keys-table tbody tr', (rows) => rows.filter((r) => r.textContent?.includes('browser-key')).map((r) => r.textContent ?? ''));
+    expect(row[0]).toContain('cap 6,000/day; networks: eth');
+    const keys = await t.store.listKeys({ teamId: t.team.id });
+    expect(keys.find((key) => key.label === 'browser-key')).toMatchObject({ dailyCap: 6000, allowedNetworks: ['eth'] });
   });
 
   it('every control is labelled and reachable by keyboard', async () => {
