@@ -182,6 +182,8 @@ export interface GatewayMetrics {
   keySettingsRejections: Tally;
   configReloads: Counter<'result'>;
   storeErrors: Counter;
+  /** Labels: type (quota.threshold, key.revoked, key.expiring), outcome (delivered, failed, timeout, error). */
+  webhookDeliveries: Counter<'type' | 'outcome'>;
 }
 
 /**
@@ -291,6 +293,12 @@ export function createMetrics(): GatewayMetrics {
     storeErrors: new Counter({
       name: 'tollgate_store_errors_total',
       help: 'Ledger operations that failed because the store was unreachable',
+      registers,
+    }),
+    webhookDeliveries: new Counter({
+      name: 'tollgate_webhook_deliveries_total',
+      help: 'Webhook delivery attempts by event type and outcome (delivered, failed: non-2xx, timeout, error: no answer)',
+      labelNames: ['type', 'outcome'],
       registers,
     }),
   };
