@@ -8,6 +8,8 @@ import { startGateway } from './gateway.js';
 import { openStore, StoreConflictError, type Store } from './store/index.js';
 import { AdminError, createAdminService, type AdminService } from './admin/admin-service.js';
 import { utcDay } from './metering/meter.js';
+import { createSelfServiceAdmin } from './portal/admin-routes.js';
+import { usageCsv } from './portal/usage-csv.js';
 
 /**
  * The `tollgate` command. `serve` runs the gateway from a config file (SIGTERM drains, SIGHUP
@@ -33,7 +35,10 @@ const USAGE = `Usage:
   tollgate keys secret KEY_ID
   tollgate keys rotate KEY_ID [--grace-seconds N]
   tollgate keys revoke KEY_ID
-  tollgate usage (--team NAME | --key KEY_ID) [--days N | --from YYYY-MM-DD --to YYYY-MM-DD]
+  tollgate team-tokens create --team NAME [--label TEXT]
+  tollgate team-tokens list [--team NAME]
+  tollgate team-tokens revoke TOKEN_ID
+  tollgate usage (--team NAME | --key KEY_ID) [--days N | --from YYYY-MM-DD --to YYYY-MM-DD] [--format json|csv]
   tollgate migrate --from sqlite:PATH --to redis://HOST:PORT [--key-prefix P]
 
 Admin verbs read the store from --config FILE (default: $TOLLGATE_CONFIG or config/gateway.yaml),
@@ -72,6 +77,7 @@ const OPTIONS = {
   'key-prefix': { type: 'string' },
   from: { type: 'string' },
   to: { type: 'string' },
+  format: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -96,11 +102,13 @@ function adminContextOf(values: Values): { store: StoreConfig; rotationGraceMs: 
   return { store: config.store, rotationGraceMs: config.auth.rotationGraceMs };
 }
 
-async function withAdmin(values: Values, run: (admin: AdminService, rotationGraceMs: number) => Promise<unknown>): Promise<void> {
+async function withAdmin(values: Values, run: (admin: AdminService, rotationGraceMs: number, store: Store) => Promise<unknown>): Promise<void> {
   const context = adminContextOf(values);
   const store: Store = await openStore(context.store);
   try {
-    print(await run(createAdminService(store), context.rotationGraceMs));
+    const result = await run(createAdminService(store), context.rotationGraceMs, store);
+    if (typeof result === 'string') process.stdout.write(result);
+    else print(result);
   } finally {
     await store.close();
   }
@@ -296,10 +304,24 @@ async function main(argv: string[]): Promise<void> {
       });
     case 'keys revoke':
       return withAdmin(values, (admin) => admin.revokeKey(requireArg(rest[0], 'KEY_ID')));
-    case 'usage':
-      return withAdmin(values, (admin) =>
-        admin.usage({ team: values.team, key: values.key, from: values.from, to: values.to, days: wholeNumber(values.days, '--days') }),
-      );
+    case 'usage': {
+      const format = values.format ?? 'json';
+      if (format !== 'json' && format !== 'csv') throw new UsageError(`--format must be json or csv, got "${format}"`);
+      return withAdmin(values, async (admin) => {
+        const report = await admin.usage({ team: values.team, key: values.key, from: values.from, to: values.to, days: wholeNumber(values.days, '--days') });
+        return format === 'csv' ? usageCsv(report.rows) : report;
+      });
+    }
+    case 'team-tokens create':
+      return withAdmin(values, async (admin, _grace, store) => {
+        const { token, secret } = await createSelfServiceAdmin(store, admin, { now: Date.now }).issueTeamToken(requireArg(values.team, '--team NAME'), values.label ?? null);
+        // The token is shown this once; only its hash is stored.
+        return { ...token, secret };
+      });
+    case 'team-tokens list':
+      return withAdmin(values, (admin, _grace, store) => createSelfServiceAdmin(store, admin, { now: Date.now }).listTeamTokens(values.team));
+    case 'team-tokens revoke':
+      return withAdmin(values, (admin, _grace, store) => createSelfServiceAdmin(store, admin, { now: Date.now }).revokeTeamToken(requireArg(rest[0], 'TOKEN_ID')));
     case 'migrate':
       return migrate(values);
     default:

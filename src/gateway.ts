@@ -27,6 +27,8 @@ import { createSubscriptionHub } from './websocket/subscription-hub.js';
 import { connectUpstreamSocket } from './websocket/upstream-socket.js';
 import { servesSubscriptions } from './websocket/subscribe-params.js';
 import { createWebSocketEndpoint } from './websocket/ws-endpoint.js';
+import { createSelfService } from './portal/self-service.js';
+import type { WebhookSenderOptions } from './alerts/webhook-sender.js';
 
 /**
  * The composition root: builds the parts from the config, wires them, starts the RPC and admin
@@ -41,6 +43,8 @@ export interface GatewayOptions {
   now?: () => number;
   /** Re-reads the config for a reload (SIGHUP or the admin route); without it reload is refused. */
   loadConfig?: () => GatewayConfig;
+  /** The wait between webhook retries; tests inject one that does not sleep. */
+  webhookSleep?: WebhookSenderOptions['sleep'];
 }
 
 export interface RunningGateway {
@@ -52,6 +56,10 @@ export interface RunningGateway {
   rpcPort: number;
   /** `http://host:port` of the admin listener. */
   adminOrigin: string;
+  /** `http://host:port` of the portal listener, when `portal.enabled`. */
+  portalOrigin: string | undefined;
+  /** Resolves when every webhook delivery started so far has ended (tests, shutdown). */
+  webhooksIdle(): Promise<void>;
   /** Re-reads the config and swaps networks, upstreams and costs in; throws (and keeps the old) if invalid. */
   reload(): Promise<void>;
   /** Stops accepting, lets in-flight requests finish (bounded by `server.drainTimeoutMs`), then closes. */
@@ -130,7 +138,8 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     now,
     compilePolicy: (found) => compileKeyPolicy(found.key.settings, found.keySecretHash, { jwtCache, now }),
   });
-  const meter = createMeter(store, { now });
+  const selfService = createSelfService(config, store, { now, logger, metrics, webhookSleep: options.webhookSleep, defaultRotationGraceMs: config.auth.rotationGraceMs });
+  const meter = createMeter(selfService.watchLedger(store), { now });
   const cache =
     config.cache.maxBytes > 0
       ? createBlockCache({ maxBytes: config.cache.maxBytes, onEvict: () => metrics.cacheEvictions.inc() })
@@ -270,9 +279,9 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     scrape: createScrape(metrics, { cache, inFlight: networkSets.inFlight, networks: networkSets.current }),
     reload: reloader.reload,
   });
-  const admin = createAdminService(store, { now, onChange: () => authenticator.clear() });
+  const admin = createAdminService(store, { now, onChange: () => authenticator.clear(), onKeyRevoked: selfService.onKeyRevoked });
   const adminServer = createServer(
-    createAdminHandler([...operational, ...adminApiRoutes(admin, { defaultRotationGraceMs: config.auth.rotationGraceMs })], {
+    createAdminHandler([...operational, ...adminApiRoutes(admin, { defaultRotationGraceMs: config.auth.rotationGraceMs }), ...selfService.adminRoutes(admin)], {
       token: config.admin.token,
       logger,
     }),
@@ -282,7 +291,8 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   const adminAddress = await listen(adminServer, config.admin.port, config.admin.host);
   const rpcOrigin = originOf(rpcAddress);
   const adminOrigin = originOf(adminAddress);
-  logger.info({ rpc: rpcOrigin, admin: adminOrigin, networks: [...networkSets.current().byId.keys()] }, 'gateway listening');
+  const portalOrigin = await selfService.start(admin);
+  logger.info({ rpc: rpcOrigin, admin: adminOrigin, portal: portalOrigin, networks: [...networkSets.current().byId.keys()] }, 'gateway listening');
 
   let closing: Promise<void> | undefined;
   function close(): Promise<void> {
@@ -292,6 +302,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
       rpcServer.closeAllConnections();
       await closeServer(rpcServer);
       await closeServer(adminServer);
+      await selfService.close();
       await meter.flush();
       meter.close();
       await networkSets.closeAll();
@@ -309,6 +320,8 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     rpcOrigin,
     rpcPort: rpcAddress.port,
     adminOrigin,
+    portalOrigin,
+    webhooksIdle: () => selfService.alerting.sender.idle(),
     reload: reloader.reload,
     async drain() {
       draining = true;

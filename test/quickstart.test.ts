@@ -167,7 +167,7 @@ async function exerciseDevnet(info: DevnetInfo): Promise<void> {
   expect(replies[0][1].result).toMatch(/^0x[0-9a-f]{32}$/);
   socket.close();
   // The whole catalogue is served: what the printed viem snippet does works against this URL.
-  const printed = readyText({ ...info, anvilUrl: info.evmUpstreamUrl, dasUrl: info.assetUpstreamUrl, adminOrigin: 'http://127.0.0.1:1', adminToken: 't', blockHash: hash, collection });
+  const printed = readyText({ ...info, anvilUrl: info.evmUpstreamUrl, dasUrl: info.assetUpstreamUrl, adminOrigin: 'http://127.0.0.1:1', adminToken: 't', portalOrigin: 'http://127.0.0.1:2', teamToken: 'tt', blockHash: hash, collection });
   expect(printed).toContain(`createPublicClient({ transport: http('${info.evmUrl}') })`);
   expect(printed).toContain(`curl -s -X POST -H 'content-type: application/json' '${info.evmUrl}'`);
   const client = createPublicClient({ transport: http(info.evmUrl) });

@@ -640,6 +640,82 @@ describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (dri
       ]);
     });
   });
+
+  describe('team self-service (team tokens, alert settings, event claims, deliveries, hourly usage)', () => {
+    it('creates team tokens, finds them by hash (revoked too), lists them per team, revokes once', async () => {
+      const { store } = await freshBacking(driver);
+      const a = await store.createTeam({ name: uniqueName('a'), dailyCredits: 1 });
+      const b = await store.createTeam({ name: uniqueName('b'), dailyCredits: 1 });
+      const hashA = hash();
+      const tokenA = await store.createTeamToken({ teamId: a.id, tokenHash: hashA, label: 'ci' });
+      const tokenB = await store.createTeamToken({ teamId: b.id, tokenHash: hash() });
+      expect(tokenA).toMatchObject({ teamId: a.id, label: 'ci', revokedAt: null });
+      expect(tokenB.label).toBeNull();
+      expect(await store.findTeamTokenByHash(hashA)).toEqual(tokenA);
+      expect(await store.findTeamTokenByHash(hash())).toBeNull();
+      expect(await store.listTeamTokens({ teamId: a.id })).toEqual([tokenA]);
+      expect((await store.listTeamTokens()).map((token) => token.id).sort()).toEqual([tokenA.id, tokenB.id].sort());
+      expect(await store.revokeTeamToken(tokenA.id, 1_000)).toBe(true);
+      expect(await store.revokeTeamToken(tokenA.id, 2_000)).toBe(true);
+      expect(await store.revokeTeamToken('tok_missing', 2_000)).toBe(false);
+      expect((await store.findTeamTokenByHash(hashA))!.revokedAt).toBe(1_000);
+      expect((await store.listTeamTokens({ teamId: b.id }))[0]!.revokedAt).toBeNull();
+    });
+
+    it('keeps alert settings per team, replaced as a whole; null for a team without any', async () => {
+      const { store } = await freshBacking(driver);
+      const team = await store.createTeam({ name: uniqueName('t'), dailyCredits: 1 });
+      expect(await store.alertSettings(team.id)).toBeNull();
+      await store.setAlertSettings(team.id, { thresholds: [50, 100], webhookUrl: 'http://127.0.0.1:9/hook', signingSecret: 'whsec_x' });
+      expect(await store.alertSettings(team.id)).toEqual({ thresholds: [50, 100], webhookUrl: 'http://127.0.0.1:9/hook', signingSecret: 'whsec_x' });
+      await store.setAlertSettings(team.id, { thresholds: null, webhookUrl: null, signingSecret: null });
+      expect(await store.alertSettings(team.id)).toEqual({ thresholds: null, webhookUrl: null, signingSecret: null });
+    });
+
+    it('claims an event once across store handles (other processes / replicas), even when claimed concurrently', async () => {
+      const backing = await freshBacking(driver);
+      const stores = [backing.store, await backing.another(), await backing.another()];
+      const results = await Promise.all(stores.flatMap((store) => [store.claimEvent('quota.threshold:t:d:75', 60_000), store.claimEvent('quota.threshold:t:d:75', 60_000)]));
+      expect(results.filter(Boolean)).toHaveLength(1);
+      expect(await stores[1]!.claimEvent('quota.threshold:t:d:90', 60_000)).toBe(true);
+    });
+
+    it('records webhook delivery attempts and lists them newest first, per team or all', async () => {
+      const { store } = await freshBacking(driver);
+      const attempt = (teamId: string, n: number) => ({ eventId: 'evt_1', type: 'quota.threshold', teamId, attempt: n, at: 1_000 + n, status: n < 3 ? 500 : 200, outcome: n < 3 ? ('failed' as const) : ('delivered' as const), durationMs: 3 });
+      for (const n of [1, 2, 3]) await store.recordDelivery(attempt('team_a', n));
+      await store.recordDelivery(attempt('team_b', 1));
+      expect(await store.listDeliveries({ teamId: 'team_a', limit: 10 })).toEqual([attempt('team_a', 3), attempt('team_a', 2), attempt('team_a', 1)]);
+      expect(await store.listDeliveries({ limit: 2 })).toEqual([attempt('team_b', 1), attempt('team_a', 3)]);
+    });
+
+    it('counts settled usage by key and UTC hour of the settle, per team and day', async () => {
+      const backing = await freshBacking(driver);
+      let nowMs = Date.parse(`${TODAY}T09:15:00Z`);
+      const store = await openStore(backing.config, { now: () => nowMs });
+      opened.push(store);
+      const { team, key } = await teamWithKey(store, { dailyCredits: 1_000_000 });
+      const other = await teamWithKey(store, { dailyCredits: 1_000_000 });
+      await charge(store, subject(team, key), nowMs);
+      await charge(store, subject(team, key, { method: 'eth_chainId', cost: 5 }), nowMs);
+      await charge(store, subject(other.team, other.key), nowMs);
+      // Reserved at 09:59, settled at 11:00: counted in the hour it was answered.
+      await store.applyLedger([{ type: 'reserve', reservationId: 'r-hour', subject: subject(team, key), nowMs }]);
+      nowMs = Date.parse(`${TODAY}T11:00:00Z`);
+      expect((await store.applyLedger([{ type: 'settle', reservationId: 'r-hour' }]))[0]!.ok).toBe(true);
+      // Refunded: not counted.
+      await store.applyLedger([{ type: 'reserve', reservationId: 'r-refund', subject: subject(team, key), nowMs }]);
+      await store.applyLedger([{ type: 'refund', reservationId: 'r-refund' }]);
+      expect(await store.hourlyUsage({ teamId: team.id, day: TODAY })).toEqual([
+        { day: TODAY, hour: 9, teamId: team.id, keyId: key.id, credits: 85, requests: 2 },
+        { day: TODAY, hour: 11, teamId: team.id, keyId: key.id, credits: 80, requests: 1 },
+      ]);
+      expect(await store.hourlyUsage({ teamId: team.id, day: YESTERDAY })).toEqual([]);
+      // The hours add up to the day's usage.
+      const day = await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY });
+      expect(day.reduce((sum, row) => sum + row.credits, 0)).toBe(165);
+    });
+  });
 });
 
 // ---------------------------------------------------------------------------------------------

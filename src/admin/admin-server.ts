@@ -41,11 +41,12 @@ const keyFields = {
   /** Allowlists, secret and JWT settings; checked field by field by the admin service (docs/keys.md). */
   settings: z.record(z.string(), z.unknown()).optional(),
 };
-const keyCreate = z.strictObject(keyFields);
-const keyUpdate = z.strictObject(keyFields);
-const keyRotate = z.strictObject({ gracePeriodSeconds: z.number().int().min(0).max(30 * 86_400).optional() });
+/** Also the team API's key bodies (src/portal), so both accept the same key settings. */
+export const keyCreate = z.strictObject(keyFields);
+export const keyUpdate = z.strictObject(keyFields);
+export const keyRotate = z.strictObject({ gracePeriodSeconds: z.number().int().min(0).max(30 * 86_400).optional() });
 
-function parse<T>(schema: z.ZodType<T>, body: unknown): T {
+export function parse<T>(schema: z.ZodType<T>, body: unknown): T {
   const result = schema.safeParse(body ?? {});
   if (!result.success) {
     throw new AdminError(400, result.error.issues.map((issue) => `${issue.path.join('.') || 'body'}: ${issue.message}`).join('; '));
@@ -53,7 +54,7 @@ function parse<T>(schema: z.ZodType<T>, body: unknown): T {
   return result.data;
 }
 
-function expiresAtMs(value: string | null | undefined): number | null | undefined {
+export function expiresAtMs(value: string | null | undefined): number | null | undefined {
   return value === undefined || value === null ? value : Date.parse(value);
 }
 

@@ -78,7 +78,10 @@ function validSettings(current: ApiKey['settings'], input: unknown): ApiKey['set
   }
 }
 
-export function createAdminService(store: KeyDirectory & UsageReports, options: { now?: () => number; onChange?: () => void } = {}): AdminService {
+export function createAdminService(
+  store: KeyDirectory & UsageReports,
+  options: { now?: () => number; onChange?: () => void; onKeyRevoked?: (key: ApiKey) => void } = {},
+): AdminService {
   const now = options.now ?? Date.now;
   const changed = () => options.onChange?.();
 
@@ -165,7 +168,9 @@ export function createAdminService(store: KeyDirectory & UsageReports, options: 
       await key(id);
       await store.revokeKey(id, now());
       changed();
-      return key(id);
+      const revoked = await key(id);
+      options.onKeyRevoked?.(revoked);
+      return revoked;
     },
     async usage(query) {
       if ((query.team === undefined) === (query.key === undefined)) throw new AdminError(400, 'give exactly one of team or key');

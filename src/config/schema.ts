@@ -203,6 +203,44 @@ const websocketSchema = z.strictObject({
   maxBufferedBytes: positiveInt.default(4 * 1024 * 1024),
 });
 
+/** The team self-service page and team API (docs/portal.md). */
+const portalSchema = z.strictObject({
+  /** Off by default: `serve` starts the listener only when this is true (the devnet turns it on). */
+  enabled: z.boolean().default(false),
+  host: z.string().default('127.0.0.1'),
+  port: port.default(8082),
+  /** How long a sign-in lasts (the session cookie's Max-Age). */
+  sessionTtlMs: positiveInt.default(12 * 3_600_000),
+  /**
+   * HMAC key of session cookies (use `${ENV}`, at least 32 characters). Set it when several
+   * replicas serve the page; without it each process makes a random one (sign-ins end on restart).
+   */
+  sessionSecret: z.string().min(32).optional(),
+  /** Mark the session cookie `Secure` (set it when the page is served over HTTPS, as it should be in production). */
+  secureCookies: z.boolean().default(false),
+});
+
+/** Quota alerts and key events as signed webhooks (docs/webhooks.md). */
+const webhooksSchema = z.strictObject({
+  /** Gateway-wide receiver for teams without their own webhook URL; unset: only teams with one get events. */
+  url: z.url({ protocol: /^https?$/ }).optional(),
+  /** HMAC-SHA256 key of `url`'s signatures (use `${ENV}`). */
+  signingSecret: z.string().min(16).optional(),
+  /** Default quota thresholds, percent of the daily quota; a team's own list replaces it. */
+  thresholds: z.array(z.number().int().min(1).max(100)).min(1).max(10).default([75, 90, 100]),
+  /** Deadline of one delivery attempt; no answer by then counts as a failure. */
+  timeoutMs: positiveInt.default(5_000),
+  /** Attempts per event, the first included; non-2xx and timeouts are retried. */
+  maxAttempts: z.number().int().min(1).max(20).default(6),
+  /** Wait before the second attempt; doubles each attempt, up to `maxBackoffMs`. */
+  initialBackoffMs: positiveInt.default(1_000),
+  maxBackoffMs: positiveInt.default(5 * 60_000),
+  /** How often keys are checked for `key.expiring` (and revocations made elsewhere, for `key.revoked`). */
+  keyEventsIntervalMs: positiveInt.default(60_000),
+  /** `key.expiring` is sent this many days before a key's expiry. */
+  keyExpiringDays: positiveInt.default(7),
+});
+
 const storeSchema = z.discriminatedUnion('driver', [sqliteStoreSchema, redisStoreSchema]);
 
 export const configSchema = z
@@ -305,9 +343,14 @@ export const configSchema = z
         idSecret: z.string().min(32, 'use at least 32 characters').optional(),
       })
       .prefault({}),
+    portal: portalSchema.prefault({}),
+    webhooks: webhooksSchema.prefault({}),
     networks: z.array(networkSchema).min(1),
   })
   .superRefine((config, ctx) => {
+    if (config.webhooks.url !== undefined && config.webhooks.signingSecret === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['webhooks', 'signingSecret'], message: 'required with webhooks.url (the receiver checks signatures with it)' });
+    }
     if (config.server.headersTimeoutMs > config.server.receiveTimeoutMs) {
       ctx.addIssue({ code: 'custom', path: ['server', 'headersTimeoutMs'], message: 'must not exceed server.receiveTimeoutMs' });
     }
@@ -363,4 +406,6 @@ export type GatewayConfig = z.output<typeof configSchema>;
 export type NetworkConfig = GatewayConfig['networks'][number];
 export type UpstreamConfig = NetworkConfig['upstreams'][number];
 export type StoreConfig = GatewayConfig['store'];
+export type PortalConfig = GatewayConfig['portal'];
+export type WebhooksConfig = GatewayConfig['webhooks'];
 export type NetworkKind = NetworkConfig['kind'];

@@ -5,6 +5,7 @@ import { startGateway, type RunningGateway } from '../gateway.js';
 import { createLogger } from '../logging/logger.js';
 import pino from 'pino';
 import { issueKey } from '../admin/key-issuer.js';
+import { issueTeamToken } from '../portal/team-token.js';
 import { openStore, type Store } from '../store/index.js';
 import { seedAnvil, startAnvil, type AnvilNode } from './anvil.js';
 import { watchLauncher } from './launcher-watch.js';
@@ -27,10 +28,12 @@ export const DEVNET_ASSET_NETWORK = 'das-devnet';
 const DEMO_TEAM = 'demo';
 const DEMO_DAILY_CREDITS = 10_000_000;
 
-async function demoKey(store: Store): Promise<string> {
+/** A demo key and a team token for the portal page, both new on each start. */
+async function demoKey(store: Store): Promise<{ apiKey: string; teamToken: string }> {
   const team = (await store.findTeam(DEMO_TEAM)) ?? (await store.createTeam({ name: DEMO_TEAM, dailyCredits: DEMO_DAILY_CREDITS }));
   const { secret } = await issueKey(store, { teamId: team.id, label: 'devnet demo key' });
-  return secret;
+  const { secret: teamToken } = await issueTeamToken(store, team.id, 'devnet portal');
+  return { apiKey: secret, teamToken };
 }
 
 export async function runDevnet(options: DevnetOptions): Promise<void> {
@@ -72,6 +75,8 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
         server: { host: '127.0.0.1', port: options.port },
         // Admin listener next to the RPC port (8081 for the default 8080; any free port with --port 0).
         admin: { host: '127.0.0.1', port: options.port === 0 ? 0 : options.port + 1, token: adminToken },
+        // The team portal next to the admin port (8082 for the default 8080).
+        portal: { enabled: true, host: '127.0.0.1', port: options.port === 0 ? 0 : options.port + 2 },
         store: { driver: 'sqlite', path: join(options.dataDir, 'devnet.db') },
         networks: [
           {
@@ -94,7 +99,7 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
       'devnet config',
     );
     const store = await openStore(config.store);
-    const apiKey = await demoKey(store);
+    const { apiKey, teamToken } = await demoKey(store);
     await store.close();
     // Request logs go to stderr: stdout carries the ready message (or the one `--json` line).
     const gateway = await startGateway(config, { logger: createLogger({ destination: pino.destination({ fd: 2, sync: false }) }) });
@@ -106,13 +111,13 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
     const collections = das.collections;
     if (options.json) {
       process.stdout.write(
-        `${JSON.stringify({ evmUrl, evmWsUrl, assetUrl, apiKey, evmUpstreamUrl: anvil.url, assetUpstreamUrl: das.url, collections, adminUrl: gateway.adminOrigin, adminToken })}\n`,
+        `${JSON.stringify({ evmUrl, evmWsUrl, assetUrl, apiKey, evmUpstreamUrl: anvil.url, assetUpstreamUrl: das.url, collections, adminUrl: gateway.adminOrigin, adminToken, portalUrl: gateway.portalOrigin, teamToken })}\n`,
       );
       return;
     }
     const blockHash = seed.blocksWithTransactions.at(-1) ?? seed.blockHashes.at(-1) ?? '';
     process.stdout.write(
-      readyText({ evmUrl, evmWsUrl, assetUrl, apiKey, anvilUrl: anvil.url, dasUrl: das.url, adminOrigin: gateway.adminOrigin, adminToken, blockHash, collection: collections[0] ?? '' }),
+      readyText({ evmUrl, evmWsUrl, assetUrl, apiKey, anvilUrl: anvil.url, dasUrl: das.url, adminOrigin: gateway.adminOrigin, adminToken, portalOrigin: gateway.portalOrigin ?? '', teamToken, blockHash, collection: collections[0] ?? '' }),
     );
   } catch (error) {
     process.stderr.write(`tollgate devnet: ${(error as Error).message}\n`);
@@ -129,13 +134,15 @@ export interface ReadyTextInput {
   dasUrl: string;
   adminOrigin: string;
   adminToken: string;
+  portalOrigin: string;
+  teamToken: string;
   blockHash: string;
   collection: string;
 }
 
 /** What `tollgate devnet` prints when it is ready (without `--json`): URLs, curl lines and a viem snippet. */
 export function readyText(input: ReadyTextInput): string {
-  const { evmUrl, evmWsUrl, assetUrl, apiKey, anvilUrl, dasUrl, adminOrigin, adminToken, blockHash, collection } = input;
+  const { evmUrl, evmWsUrl, assetUrl, apiKey, anvilUrl, dasUrl, adminOrigin, adminToken, portalOrigin, teamToken, blockHash, collection } = input;
   return [
     '',
     'Tollgate devnet is running.',
@@ -146,6 +153,7 @@ export function readyText(input: ReadyTextInput): string {
     `  demo API key  ${apiKey}   (team "${DEMO_TEAM}", ${DEMO_DAILY_CREDITS.toLocaleString('en-US')} credits a day)`,
     `  upstreams     anvil ${anvilUrl}, sample DAS ${dasUrl}`,
     `  admin API     ${adminOrigin}   (Authorization: Bearer ${adminToken})`,
+    `  team portal   ${portalOrigin}/   (sign in with the team token ${teamToken})`,
     '',
     'Every method of the catalogue is served (docs/methods.md); dev-node controls such as evm_mine',
     `are denied on the gateway: send those to anvil itself (${anvilUrl}).`,

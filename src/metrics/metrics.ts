@@ -198,6 +198,8 @@ export interface GatewayMetrics {
   wsUpgradesRejected: Counter<'status'>;
   /** Labels: network, upstream, reason. */
   wsUpstreamFailovers: Counter<'network' | 'upstream' | 'reason'>;
+  /** Labels: type (quota.threshold, key.revoked, key.expiring), outcome (delivered, failed, timeout, error). */
+  webhookDeliveries: Counter<'type' | 'outcome'>;
 }
 
 /**
@@ -340,6 +342,12 @@ export function createMetrics(): GatewayMetrics {
       name: 'tollgate_ws_upstream_failovers_total',
       help: "Moves of a network's subscriptions off an upstream socket, by reason (closed, stalled, subscribe_failed, or the socket error)",
       labelNames: ['network', 'upstream', 'reason'],
+      registers,
+    }),
+    webhookDeliveries: new Counter({
+      name: 'tollgate_webhook_deliveries_total',
+      help: 'Webhook delivery attempts by event type and outcome (delivered, failed: non-2xx, timeout, error: no answer)',
+      labelNames: ['type', 'outcome'],
       registers,
     }),
   };

@@ -1,4 +1,4 @@
-import type { KeyDirectory, Ledger, SharedSecrets, Store, StoreSnapshot, UsageReports } from './types.js';
+import type { AlertStore, KeyDirectory, Ledger, SharedSecrets, Store, StoreSnapshot, TeamTokens, UsageReports } from './types.js';
 
 /** What a driver builds; {@link composeStore} makes the one {@link Store} of them. */
 export interface StoreParts {
@@ -9,6 +9,9 @@ export interface StoreParts {
   };
   usage: UsageReports['usage'];
   sharedSecret: SharedSecrets['sharedSecret'];
+  hourlyUsage: UsageReports['hourlyUsage'];
+  /** Team tokens, alert settings, event claims and webhook deliveries. */
+  portal: TeamTokens & AlertStore;
   /** Writes a snapshot's teams, keys and usage, all or nothing. */
   importSnapshot(snapshot: StoreSnapshot): Promise<void>;
   ping(): Promise<void>;
@@ -20,6 +23,8 @@ export function composeStore(parts: StoreParts): Store {
   const { ledger, directory, usage } = parts;
   return {
     ...directory,
+    ...parts.portal,
+    hourlyUsage: parts.hourlyUsage,
     applyLedger: ledger.applyLedger,
     recoverReservations: ledger.recoverReservations,
     usage,

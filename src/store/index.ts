@@ -30,6 +30,14 @@ export type {
   KeyPatch,
   StoreSnapshot,
   SharedSecrets,
+  TeamToken,
+  TeamTokens,
+  NewTeamToken,
+  AlertSettings,
+  AlertStore,
+  WebhookDelivery,
+  HourlyUsageQuery,
+  HourlyUsageRow,
 } from './types.js';
 export { StoreConflictError } from './types.js';
 

@@ -1,9 +1,10 @@
 import type { ChainableCommander, Redis } from 'ioredis';
 import { decideLedger, type LedgerCounters, type LedgerDecision, type LedgerDeltas } from '../metering/ledger-rule.js';
 import { typedResults, type Ledger, type LedgerOp, type LedgerResult } from '../metering/ledger.js';
+import { usageHour } from '../metering/usage-hour.js';
 import { isLocalOwnerDead, LOCAL_OWNER_PREFIX, PROCESS_OWNER_TAG } from './owner.js';
 import { APPLY_SCRIPT, RESERVATION_FIELDS, STALE_RESERVATIONS_SCRIPT } from './redis-scripts.js';
-import type { UsageQuery, UsageRow } from './types.js';
+import type { HourlyUsageQuery, HourlyUsageRow, UsageQuery, UsageRow } from './types.js';
 
 /**
  * The Redis driver's ledger: optimistic, with the credit rule in TypeScript (ledger-rule.ts).
@@ -23,6 +24,7 @@ export interface RedisLedger extends Ledger {
   importUsage(rows: readonly UsageRow[], multi: ChainableCommander): void;
   /** Settled usage of the given teams, day by day, unordered. */
   usageOf(teamIds: readonly string[], query: UsageQuery): Promise<UsageRow[]>;
+  hourlyUsage(query: HourlyUsageQuery): Promise<HourlyUsageRow[]>;
 }
 
 export interface RedisLedgerOptions {
@@ -85,6 +87,8 @@ export function createRedisLedger(client: Redis, options: RedisLedgerOptions): R
   const reservationKey = (id: string) => `${p}resv:${id}`;
   const creditsKey = (teamId: string, day: string) => `${p}usage:c:${teamId}:${day}`;
   const requestsKey = (teamId: string, day: string) => `${p}usage:r:${teamId}:${day}`;
+  /** Hash `c\t<keyId>\t<hour>` -> credits, `r\t<keyId>\t<hour>` -> requests. */
+  const hoursKey = (teamId: string, day: string) => `${p}usage:h:${teamId}:${day}`;
   const usageField = (row: { keyId: string; network: string; method: string }) => `${row.keyId}\t${row.network}\t${row.method}`;
   /** What this store last saw of each value it read or wrote. */
   const known = new Map<string, Seen>();
@@ -158,6 +162,9 @@ export function createRedisLedger(client: Redis, options: RedisLedgerOptions): R
     for (const row of deltas.usage) {
       write('hincrby', index(creditsKey(row.teamId, row.day)), usageField(row), row.credits, ttl(row.day));
       write('hincrby', index(requestsKey(row.teamId, row.day)), usageField(row), row.requests, ttl(row.day));
+      const hour = usageHour(row.day, options.now());
+      write('hincrby', index(hoursKey(row.teamId, row.day)), `c\t${row.keyId}\t${hour}`, row.credits, ttl(row.day));
+      write('hincrby', index(hoursKey(row.teamId, row.day)), `r\t${row.keyId}\t${hour}`, row.requests, ttl(row.day));
     }
     for (const bucket of deltas.buckets) {
       const key = bucketKey(bucket.teamId);
@@ -261,6 +268,19 @@ export function createRedisLedger(client: Redis, options: RedisLedgerOptions): R
         multi.incrby(teamKey(row.teamId, row.day), row.credits).expire(teamKey(row.teamId, row.day), ttl);
         multi.incrby(keyKey(row.keyId, row.day), row.credits).expire(keyKey(row.keyId, row.day), ttl);
       }
+    },
+    async hourlyUsage(query) {
+      const hash = await redis.hgetall(hoursKey(query.teamId, query.day));
+      const rows = new Map<string, HourlyUsageRow>();
+      for (const [field, value] of Object.entries(hash)) {
+        const [kind, keyId, hour] = field.split('\t') as [string, string, string];
+        const id = `${keyId}\t${hour}`;
+        let row = rows.get(id);
+        if (row === undefined) rows.set(id, (row = { day: query.day, hour: Number(hour), teamId: query.teamId, keyId, credits: 0, requests: 0 }));
+        if (kind === 'c') row.credits = Number(value);
+        else row.requests = Number(value);
+      }
+      return [...rows.values()].sort((a, b) => (a.keyId === b.keyId ? a.hour - b.hour : a.keyId < b.keyId ? -1 : 1));
     },
     async usageOf(teamIds, query) {
       const rows: UsageRow[] = [];

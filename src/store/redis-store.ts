@@ -3,6 +3,7 @@ import { composeStore } from './compose-store.js';
 import { PROCESS_OWNER_TAG } from './owner.js';
 import { createRedisKeyDirectory } from './redis-key-directory.js';
 import { createRedisLedger } from './redis-ledger.js';
+import { createRedisTeamTokens } from './redis-team-tokens.js';
 import type { Store, StoreSnapshot, UsageQuery, UsageRow } from './types.js';
 
 /**
@@ -105,6 +106,8 @@ export async function createRedisStore(options: RedisStoreOptions): Promise<Stor
       if (value === null) throw new Error(`shared secret ${name} vanished from Redis`);
       return value;
     },
+    hourlyUsage: ledger.hourlyUsage,
+    portal: createRedisTeamTokens(redis, { keyPrefix: p, now }),
     async importSnapshot(snapshot: StoreSnapshot) {
       const multi = redis.multi();
       await directory.importEntries(snapshot, multi);

@@ -1,6 +1,7 @@
 import type Database from 'better-sqlite3';
 import { decideLedger, type Bucket, type LedgerCounters, type LedgerDecision, type LedgerDeltas } from '../metering/ledger-rule.js';
 import { typedResults, type Ledger, type LedgerOp } from '../metering/ledger.js';
+import { usageHour } from '../metering/usage-hour.js';
 import { isLocalOwnerDead, PROCESS_OWNER_TAG } from './owner.js';
 import type { UsageRow } from './types.js';
 
@@ -50,6 +51,10 @@ export function createSqliteLedger(db: Database.Database, options: { now: () => 
       `INSERT INTO usage (team_id, key_id, day, network, method, credits, requests) VALUES (?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT DO UPDATE SET credits = credits + excluded.credits, requests = requests + excluded.requests`,
     ),
+    addHour: db.prepare<[string, string, string, number, number, number]>(
+      `INSERT INTO usage_hours (team_id, key_id, day, hour, credits, requests) VALUES (?, ?, ?, ?, ?, ?)
+       ON CONFLICT DO UPDATE SET credits = credits + excluded.credits, requests = requests + excluded.requests`,
+    ),
     insertReservation: db.prepare<[string, string, string, string, string, string, string, number, number]>(
       'INSERT INTO reservations (id, owner, team_id, key_id, day, network, method, cost, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
     ),
@@ -78,7 +83,10 @@ export function createSqliteLedger(db: Database.Database, options: { now: () => 
   function commit(deltas: LedgerDeltas): void {
     for (const team of deltas.teamDays) statements.addTeamUsed.run(team.id, team.day, team.delta);
     for (const key of deltas.keyDays) statements.addKeyUsed.run(key.id, key.day, key.delta);
-    for (const row of deltas.usage) statements.addUsage.run(row.teamId, row.keyId, row.day, row.network, row.method, row.credits, row.requests);
+    for (const row of deltas.usage) {
+      statements.addUsage.run(row.teamId, row.keyId, row.day, row.network, row.method, row.credits, row.requests);
+      statements.addHour.run(row.teamId, row.keyId, row.day, usageHour(row.day, options.now()), row.credits, row.requests);
+    }
     for (const row of deltas.reserved) statements.insertReservation.run(row.id, owner, row.teamId, row.keyId, row.day, row.network, row.method, row.cost, row.createdAt);
   }
 

@@ -5,6 +5,7 @@ import { composeStore } from './compose-store.js';
 import { startSqliteCheckpointer, type SqliteCheckpointer } from './sqlite-checkpointer.js';
 import { createSqliteKeyDirectory } from './sqlite-key-directory.js';
 import { createSqliteLedger } from './sqlite-ledger.js';
+import { createSqliteTeamTokens } from './sqlite-team-tokens.js';
 import type { Store, StoreSnapshot, UsageQuery, UsageRow } from './types.js';
 
 /**
@@ -70,6 +71,15 @@ CREATE TABLE IF NOT EXISTS usage (
   PRIMARY KEY (team_id, day, key_id, network, method)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS usage_key ON usage(key_id, day);
+CREATE TABLE IF NOT EXISTS usage_hours (
+  team_id TEXT NOT NULL,
+  day TEXT NOT NULL,
+  key_id TEXT NOT NULL,
+  hour INTEGER NOT NULL,
+  credits INTEGER NOT NULL,
+  requests INTEGER NOT NULL,
+  PRIMARY KEY (team_id, day, key_id, hour)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS reservations (
   id TEXT PRIMARY KEY,
   owner TEXT NOT NULL,
@@ -185,6 +195,9 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
 
   const storeSecret = db.prepare<[string, string]>('INSERT OR IGNORE INTO shared_secrets (name, value) VALUES (?, ?)');
   const readSecret = db.prepare<[string], { value: string }>('SELECT value FROM shared_secrets WHERE name = ?');
+  const hourlyRows = db.prepare<[string, string], { key_id: string; hour: number; credits: number; requests: number }>(
+    'SELECT key_id, hour, credits, requests FROM usage_hours WHERE team_id = ? AND day = ? ORDER BY key_id, hour',
+  );
 
   return composeStore({
     ledger,
@@ -194,6 +207,10 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
       storeSecret.run(name, candidate);
       return readSecret.get(name)!.value;
     },
+    async hourlyUsage(query) {
+      return hourlyRows.all(query.teamId, query.day).map((row) => ({ day: query.day, hour: row.hour, teamId: query.teamId, keyId: row.key_id, credits: row.credits, requests: row.requests }));
+    },
+    portal: createSqliteTeamTokens(db, { now }),
     async importSnapshot(snapshot) {
       importAll(snapshot);
     },

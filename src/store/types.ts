@@ -135,6 +135,8 @@ export interface KeyDirectory {
 /** Settled usage, for reports. */
 export interface UsageReports {
   usage(query: UsageQuery): Promise<UsageRow[]>;
+  /** Settled usage of one team and UTC day by key and hour (the hour the charge was settled, UTC). */
+  hourlyUsage(query: HourlyUsageQuery): Promise<HourlyUsageRow[]>;
 }
 
 /**
@@ -158,11 +160,14 @@ export interface Snapshots {
  * A store driver: the hot {@link Ledger}, the {@link KeyDirectory}, usage reports and snapshots.
  * Callers take the narrowest of these they need.
  */
-export interface Store extends Ledger, KeyDirectory, UsageReports, Snapshots, SharedSecrets {
+export interface Store extends Ledger, KeyDirectory, UsageReports, Snapshots, SharedSecrets, TeamTokens, AlertStore {
   /** Resolves if the store answers (readiness); rejects otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;
 }
+
+export type { TeamToken, TeamTokens, NewTeamToken, AlertSettings, AlertStore, WebhookDelivery, HourlyUsageQuery, HourlyUsageRow } from './portal-types.js';
+import type { AlertStore, HourlyUsageQuery, HourlyUsageRow, TeamTokens } from './portal-types.js';
 
 /** Thrown for store-level conflicts such as a duplicate team name. */
 export class StoreConflictError extends Error {

@@ -4,7 +4,7 @@
 import { Writable } from 'node:stream';
 import { parseConfig } from '../../src/config/load.js';
 import type { GatewayConfig } from '../../src/config/schema.js';
-import { startGateway, type RunningGateway } from '../../src/gateway.js';
+import { startGateway, type GatewayOptions, type RunningGateway } from '../../src/gateway.js';
 import { issueKey } from '../../src/admin/key-issuer.js';
 import { createLogger } from '../../src/logging/logger.js';
 import { collectConfigSecrets } from '../../src/config/secrets.js';
@@ -35,6 +35,8 @@ export interface TestGatewayOptions {
   store?: Store;
   /** The `networks` section a reload (SIGHUP, `POST /v1/reload`) reads, same defaults; without it reload is refused. */
   reloadNetworks?: () => Array<Record<string, unknown> & { id: string }>;
+  /** The wait between webhook retries (default: real timers). */
+  webhookSleep?: GatewayOptions['webhookSleep'];
 }
 
 function testConfig(options: TestGatewayOptions, networks: TestGatewayOptions['networks']): GatewayConfig {
@@ -66,7 +68,7 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
   const store = options.store ?? (await openStore({ driver: 'sqlite', path: ':memory:' }, { now: options.now }));
   const team = await store.createTeam({ name: `team-${Math.random().toString(36).slice(2)}`, dailyCredits: options.dailyCredits ?? 1_000_000_000 });
   const { key, secret } = await issueKey(store, { teamId: team.id });
-  const gateway = await startGateway(config, { logger, store, now: options.now, loadConfig });
+  const gateway = await startGateway(config, { logger, store, now: options.now, loadConfig, webhookSleep: options.webhookSleep });
   return {
     gateway,
     store,

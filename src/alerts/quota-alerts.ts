@@ -1,0 +1,124 @@
+import { hash } from 'node:crypto';
+import type { Logger } from '../logging/logger.js';
+import { nextUtcMidnight } from '../metering/meter.js';
+import type { ChargeSubject, Ledger, LedgerOp, LedgerResult } from '../metering/ledger.js';
+import type { AlertStore } from '../store/index.js';
+import type { AlertTargets } from './alert-targets.js';
+import type { WebhookSender } from './webhook-sender.js';
+
+/**
+ * Quota threshold alerts (DESIGN §9): when a team's spend of a UTC day reaches a threshold
+ * (default 75, 90 and 100 % of its daily quota), one `quota.threshold` event per threshold, team
+ * and day is sent, however many replicas see the crossing.
+ *
+ * The request path pays nothing extra: the ledger already answers each charge and settle with the
+ * team's spend right after it, and {@link QuotaAlerts.watch} compares that number with the
+ * thresholds this process holds in memory. Only a crossing not yet seen here goes to the store,
+ * to claim the event (INSERT OR IGNORE / SET NX); the replica that wins the claim sends it.
+ */
+
+export interface QuotaAlerts {
+  /** The same ledger, watched: charges and settles are compared with the team's thresholds. */
+  watch(ledger: Ledger): Ledger;
+  /** A team's spend of `day` is `used` of `limit`. */
+  observe(teamId: string, day: string, used: number, limit: number): void;
+  /** Re-checks the last spend seen of a team whose alert settings were still loading. */
+  settingsLoaded(teamId: string): void;
+}
+
+/** Claims are kept past the day they belong to, so a replica whose clock lags cannot claim again. */
+const CLAIM_TTL_MS = 3 * 86_400_000;
+/** Reservations followed at once; beyond it the oldest are forgotten (their settle is then not checked). */
+const MAX_PENDING = 100_000;
+
+/** Event ids are derived from what the event is, so every replica and every retry gives the same id. */
+export function eventId(eventKey: string): string {
+  return `evt_${hash('sha256', eventKey, 'hex').slice(0, 24)}`;
+}
+
+export function createQuotaAlerts(options: {
+  store: Pick<AlertStore, 'claimEvent'>;
+  targets: AlertTargets;
+  sender: WebhookSender;
+  logger?: Logger;
+}): QuotaAlerts {
+  const { targets, sender, store } = options;
+  /** Thresholds already handled here (claimed, or found claimed), per team of `firedDay`. */
+  let firedDay = '';
+  const fired = new Map<string, Set<number>>();
+  /** The latest spend seen of a team whose settings are still loading. */
+  const waiting = new Map<string, { day: string; used: number; limit: number }>();
+  const pending = new Map<string, { teamId: string; day: string; limit: number }>();
+
+  function check(teamId: string, day: string, used: number, limit: number): void {
+    const alerting = targets.peek(teamId);
+    if (alerting === undefined) {
+      waiting.set(teamId, { day, used, limit });
+      return;
+    }
+    if (alerting.target === null || limit <= 0) return;
+    if (day !== firedDay) {
+      if (day < firedDay) return; // a late settle of yesterday: its thresholds were handled then
+      firedDay = day;
+      fired.clear();
+    }
+    for (const threshold of alerting.thresholds) {
+      if (used * 100 < threshold * limit) continue;
+      let handled = fired.get(teamId);
+      if (handled === undefined) fired.set(teamId, (handled = new Set()));
+      if (handled.has(threshold)) continue;
+      handled.add(threshold);
+      void claimAndSend(teamId, day, threshold, used, limit);
+    }
+  }
+
+  async function claimAndSend(teamId: string, day: string, threshold: number, used: number, limit: number): Promise<void> {
+    const key = `quota.threshold:${teamId}:${day}:${threshold}`;
+    try {
+      if (!(await store.claimEvent(key, CLAIM_TTL_MS))) return;
+      const { target } = await targets.get(teamId);
+      if (target === null) return;
+      const resetsAt = new Date(nextUtcMidnight(Date.parse(`${day}T00:00:00Z`))).toISOString();
+      await sender.deliver({ id: eventId(key), type: 'quota.threshold', team: teamId, day, threshold, used, limit, resetsAt }, target);
+    } catch (error) {
+      // The claim is taken only once: a store error here means this crossing may go unsent.
+      options.logger?.error({ err: error, team: teamId, threshold }, 'quota alert could not be claimed or sent');
+    }
+  }
+
+  return {
+    observe: check,
+    settingsLoaded(teamId) {
+      const last = waiting.get(teamId);
+      if (last === undefined) return;
+      waiting.delete(teamId);
+      check(teamId, last.day, last.used, last.limit);
+    },
+    watch(ledger) {
+      const inspect = (ops: readonly LedgerOp[], results: readonly LedgerResult[]) => {
+        ops.forEach((op, index) => {
+          const result = results[index]!;
+          if (op.type === 'charge' || op.type === 'reserve') {
+            if (!result.ok) return;
+            const subject: ChargeSubject = op.subject;
+            if (op.type === 'charge') return check(subject.teamId, subject.day, result.teamUsed, subject.teamDailyCredits);
+            if (pending.size >= MAX_PENDING) pending.delete(pending.keys().next().value!);
+            pending.set(op.reservationId, { teamId: subject.teamId, day: subject.day, limit: subject.teamDailyCredits });
+          } else if (op.type === 'settle' || op.type === 'refund') {
+            const held = pending.get(op.reservationId);
+            pending.delete(op.reservationId);
+            if (op.type === 'settle' && held !== undefined && result.ok) check(held.teamId, held.day, result.teamUsed, held.limit);
+          }
+        });
+      };
+      return {
+        applyLedger: (async (ops: readonly LedgerOp[]) => {
+          const results = await ledger.applyLedger(ops);
+          inspect(ops, results as readonly LedgerResult[]);
+          return results;
+        }) as Ledger['applyLedger'],
+        recoverReservations: (olderThanMs) => ledger.recoverReservations(olderThanMs),
+      };
+    },
+  };
+}
