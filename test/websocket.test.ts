@@ -526,7 +526,9 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
     // 2,000 answers would be ~96 MB; the connection was cut long before.
     expect(answered).toBeLessThan(1_000);
     expect(rssGrowth).toBeLessThan(64 * 1024 * 1024);
-  }, 60_000);
+    // Under ws's 30 s close timeout: a close that needs it means the gateway stopped reading the
+    // client's close frame (it once did, with reading paused for messages in progress).
+  }, 20_000);
 });
 
 function keccakPing(): string {

@@ -347,7 +347,8 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
       if (connection.inFlight === MAX_MESSAGES_IN_FLIGHT) flow(ws).pause();
       void handleMessage(connection, bytes).finally(() => {
         connection.inFlight -= 1;
-        if (connection.inFlight === MAX_MESSAGES_IN_FLIGHT - 1 && ws.readyState === WebSocket.OPEN) flow(ws).resume();
+        // Resumed while closing too: the client's close frame must be read for the close to complete.
+        if (connection.inFlight === MAX_MESSAGES_IN_FLIGHT - 1) flow(ws).resume();
       });
     });
     ws.on('error', (error: Error & { code?: string }) => {
@@ -624,10 +625,15 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
     return reply;
   }
 
+  /** Why an event for a closing connection was not sent: the metric's few reasons. */
+  function dropReason(connection: Connection): string {
+    return connection.reason === 'slow_client' || connection.reason === 'credits_exhausted' ? connection.reason : 'closed';
+  }
+
   /** One event for one client subscription: reserved, sent in order, settled once sent. */
   function deliverEvent(connection: Connection, subscription: ClientSubscription, prefix: string, event: HubEvent): void {
     const network = connection.networkId;
-    if (connection.closing) return observe.dropped(network, subscription.kind, connection.reason ?? 'closed');
+    if (connection.closing) return observe.dropped(network, subscription.kind, dropReason(connection));
     let price = subscription.price;
     if (subscription.kind === 'logs' && event.blockHash !== undefined) {
       // One block's logs are one event to pay for, however many of them match.
@@ -641,7 +647,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
     if (price === 0) {
       connection.outbox = connection.outbox.then(() => {
         if (send(connection, frame)) observe.delivered(network, subscription.kind);
-        else observe.dropped(network, subscription.kind, connection.reason ?? 'closed');
+        else observe.dropped(network, subscription.kind, dropReason(connection));
       });
       return;
     }
@@ -670,7 +676,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
         return;
       }
       if (!send(connection, frame)) {
-        observe.dropped(network, subscription.kind, connection.reason ?? 'closed');
+        observe.dropped(network, subscription.kind, dropReason(connection));
         await deps.meter.refund(reservationId).catch(() => deps.meter.release(reservationId));
         return;
       }
