@@ -154,12 +154,13 @@ function compile(route: AdminRoute): CompiledRoute {
   return { route, pattern: new RegExp(`^${source}$`), names };
 }
 
-async function readJson(req: IncomingMessage): Promise<unknown> {
+/** A JSON request body of the admin and team APIs (undefined when empty); a 400 when too large or not JSON. */
+export async function readJson(req: IncomingMessage, maxBytes = MAX_ADMIN_BODY_BYTES): Promise<unknown> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req) {
     size += (chunk as Buffer).length;
-    if (size > MAX_ADMIN_BODY_BYTES) throw new AdminError(400, 'body too large');
+    if (size > maxBytes) throw new AdminError(400, 'body too large');
     chunks.push(chunk as Buffer);
   }
   if (size === 0) return undefined;

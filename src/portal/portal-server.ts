@@ -4,7 +4,7 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AdminError, type AdminService } from '../admin/admin-service.js';
-import { expiresAtMs, keyCreate, keyRotate, keyUpdate, parse } from '../admin/admin-server.js';
+import { expiresAtMs, keyCreate, keyRotate, keyUpdate, parse, readJson } from '../admin/admin-server.js';
 import type { Logger } from '../logging/logger.js';
 import type { Store } from '../store/index.js';
 import { createSessions, type Session } from './session.js';
@@ -113,22 +113,6 @@ function cookieOf(req: IncomingMessage, name: string): string | undefined {
   return undefined;
 }
 
-async function readJson(req: IncomingMessage): Promise<unknown> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > MAX_BODY_BYTES) throw new AdminError(400, 'body too large');
-    chunks.push(chunk as Buffer);
-  }
-  if (size === 0) return undefined;
-  try {
-    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
-  } catch {
-    throw new AdminError(400, 'body is not valid JSON');
-  }
-}
-
 class HttpError extends Error {
   constructor(
     readonly status: number,
@@ -212,7 +196,7 @@ export function createPortalHandler(options: PortalOptions) {
   async function handleSession(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (req.method === 'POST') {
       checkOrigin(req);
-      const body = (await readJson(req)) as { token?: unknown } | undefined;
+      const body = (await readJson(req, MAX_BODY_BYTES)) as { token?: unknown } | undefined;
       const found = typeof body?.token === 'string' ? await teamOfToken(store, body.token) : null;
       if (found === null) throw new HttpError(401, 'unauthorized', 'that team token is not valid');
       const { cookie, session } = sessions.issue(found.token.id, found.team.id);
@@ -268,7 +252,7 @@ export function createPortalHandler(options: PortalOptions) {
         throw new AdminError(400, 'malformed percent-encoding in the path');
       }
     }
-    const body = req.method === 'GET' ? undefined : await readJson(req);
+    const body = req.method === 'GET' ? undefined : await readJson(req, MAX_BODY_BYTES);
     const team = createTeamService(teamId, admin, store, { now });
     const response = await chosen.route.handle({ params, query: url.searchParams, body, team });
     if (response.contentType !== undefined) {

@@ -2,6 +2,7 @@ import type { Socket } from 'node:net';
 import type { ServerResponse } from 'node:http';
 import type { Attempt } from '../routing/forward.js';
 import type { GatewayErrorCode } from '../errors.js';
+import { bounded } from '../logging/redaction.js';
 
 /**
  * Everything one HTTP request went through, filled in stage by stage. The log line, the metrics
@@ -87,5 +88,34 @@ export function createRequestContext(requestId: string, socket?: Socket, respons
     errorCode: undefined,
     corsOrigin: undefined,
     ruleRejections: undefined,
+  };
+}
+
+/** Upstream reasons quote an upstream's words: cut to this in a log line. */
+export const MAX_LOGGED_REASON = 64;
+
+/**
+ * The fields of a request's log line that both transports share (HTTP and WebSocket add their
+ * own): what happened, in shapes that cannot carry a secret (docs/security.md).
+ */
+export function requestLogFields(ctx: RequestContext): Record<string, unknown> {
+  const attempts =
+    ctx.attempts.length === 0
+      ? undefined
+      : ctx.attempts.every((attempt) => attempt.reason.length <= MAX_LOGGED_REASON)
+        ? ctx.attempts
+        : ctx.attempts.map((attempt) => ({ ...attempt, reason: bounded(attempt.reason, MAX_LOGGED_REASON) }));
+  return {
+    network: ctx.networkId,
+    teamId: ctx.teamId,
+    keyId: ctx.keyId,
+    methods: ctx.methods,
+    batchSize: ctx.batchSize,
+    status: ctx.httpStatus,
+    error: ctx.errorCode,
+    credits: ctx.creditsCharged,
+    cache: ctx.cache,
+    upstream: ctx.upstream,
+    attempts,
   };
 }

@@ -11,7 +11,7 @@ import { clientAddressOf } from '../auth/client-address.js';
 import { preflightHeaders, pushCorsHeaders, setCorsHeaders } from './cors.js';
 import type { GatewayConfig } from '../config/schema.js';
 import { bounded, logScrubber, pathForLog, type Logger } from '../logging/logger.js';
-import { CLIENT_CLOSED_REQUEST, clientGone, createRequestContext, type RequestContext } from './context.js';
+import { CLIENT_CLOSED_REQUEST, clientGone, createRequestContext, MAX_LOGGED_REASON, requestLogFields, type RequestContext } from './context.js';
 import { abandonBodyRead, BodyTooLargeError, readBody, RequestClosedError } from './request-reader.js';
 import { CLIENT_LEFT, type CallDispatcher } from './call-dispatch.js';
 import type { Meter } from '../metering/meter.js';
@@ -100,7 +100,6 @@ const REQUEST_ID_HEADER = /^[A-Za-z0-9._:-]{1,128}$/;
 /** Logged user agents are cut here: enough to tell clients apart. */
 const MAX_LOGGED_USER_AGENT = 200;
 /** Attempt reasons come from upstream behaviour (status codes, error codes): cut defensively. */
-const MAX_LOGGED_REASON = 64;
 
 function isJsonContentType(header: string | undefined): boolean {
   if (header === undefined) return false;
@@ -413,17 +412,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
         {
           requestId: ctx.requestId,
           path: pathForLog(req.url ?? '', prefixesOf(networks)),
-          network: ctx.networkId,
-          teamId: ctx.teamId,
-          keyId: ctx.keyId,
-          methods: ctx.methods,
-          batchSize: ctx.batchSize,
-          status: ctx.httpStatus,
-          error: ctx.errorCode,
-          credits: ctx.creditsCharged,
-          cache: ctx.cache,
-          upstream: ctx.upstream,
-          attempts: ctx.attempts.length > 0 ? boundedAttempts(ctx) : undefined,
+          ...requestLogFields(ctx),
           userAgent: userAgent === undefined ? undefined : scrubber.scrubClientText(userAgent, MAX_LOGGED_USER_AGENT),
           durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
         },
@@ -431,11 +420,6 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
       );
     }
     deps.onFinished(ctx, networks);
-  }
-
-  function boundedAttempts(ctx: RequestContext): RequestContext['attempts'] {
-    if (ctx.attempts.every((attempt) => attempt.reason.length <= MAX_LOGGED_REASON)) return ctx.attempts;
-    return ctx.attempts.map((attempt) => ({ ...attempt, reason: bounded(attempt.reason, MAX_LOGGED_REASON) }));
   }
 
   const handler = ((req, res) => {

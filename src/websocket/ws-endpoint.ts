@@ -16,7 +16,7 @@ import { utcDay } from '../metering/meter.js';
 import type { ChargeSubject, KeyWithTeam } from '../store/index.js';
 import { CLIENT_LEFT, type CallDispatcher } from '../server/call-dispatch.js';
 import { refusal, type CallExecutor, type CallItem, type PendingReply } from '../server/call-executor.js';
-import { clientGone, createRequestContext, CLIENT_CLOSED_REQUEST, type RequestContext } from '../server/context.js';
+import { clientGone, createRequestContext, CLIENT_CLOSED_REQUEST, requestLogFields, type RequestContext } from '../server/context.js';
 import type { NetworkRuntime, NetworkSet } from '../server/network-runtime.js';
 import type { HubEvent, SubscriptionHub, SubscriptionKind } from './subscription-hub.js';
 import { parseSubscribeParams, subscriptionMethodPrice, SUBSCRIPTION_METHODS } from './subscribe-params.js';
@@ -507,17 +507,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
           requestId: ctx.requestId,
           transport: 'ws',
           connectionId: connection.id,
-          network: ctx.networkId,
-          teamId: ctx.teamId,
-          keyId: ctx.keyId,
-          methods: ctx.methods,
-          batchSize: ctx.batchSize,
-          status: ctx.httpStatus,
-          error: ctx.errorCode,
-          credits: ctx.creditsCharged,
-          cache: ctx.cache,
-          upstream: ctx.upstream,
-          attempts: ctx.attempts.length > 0 ? ctx.attempts.map((attempt) => ({ ...attempt, reason: bounded(attempt.reason, 64) })) : undefined,
+          ...requestLogFields(ctx),
           durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
         },
         'request',
