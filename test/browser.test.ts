@@ -11,7 +11,6 @@
 // Chromium is found at $TOLLGATE_CHROMIUM or as `chromium` / `chromium-browser` / `google-chrome`
 // on PATH. Missing, this file FAILS (CI must run it); TOLLGATE_SKIP_BROWSER=1 skips it locally.
 
-import { execFileSync } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -26,21 +25,9 @@ import { generateSampleDataset, startSampleDasServer, type SampleDasServer } fro
 import { ROOT } from './helpers/build.js';
 import { startSeededAnvil, type SeededAnvil } from './helpers/anvil.js';
 import { startTestGateway, type TestGateway } from './helpers/gateway.js';
+import { CHROMIUM_MISSING, findChromium, SKIP_BROWSER_TESTS } from './helpers/chromium.js';
 
-const SKIP = process.env.TOLLGATE_SKIP_BROWSER === '1';
 const DAILY_CREDITS = 1_000_000;
-
-function findChromium(): string | undefined {
-  if (process.env.TOLLGATE_CHROMIUM) return process.env.TOLLGATE_CHROMIUM;
-  for (const name of ['chromium', 'chromium-browser', 'google-chrome']) {
-    try {
-      return execFileSync('which', [name], { encoding: 'utf8' }).trim();
-    } catch {
-      // not this one
-    }
-  }
-  return undefined;
-}
 
 type Seen = { ok: boolean; error?: string; details?: string; status?: number; body?: any; creditsRemaining?: string | null; retryAfter?: string | null; chainId?: number; hash?: string; transactions?: number };
 
@@ -67,11 +54,11 @@ function inPage(name: 'getChainId' | 'getBlock' | 'post', ...args: unknown[]): P
   return page.evaluate((fn: string, fnArgs: unknown[]) => (globalThis as any).tollgate[fn](...fnArgs), name, args) as Promise<Seen>;
 }
 
-describe.skipIf(SKIP)('a dapp page in headless Chromium', () => {
+describe.skipIf(SKIP_BROWSER_TESTS)('a dapp page in headless Chromium', () => {
   beforeAll(async () => {
     const executablePath = findChromium();
     if (executablePath === undefined) {
-      throw new Error('Chromium not found: install it (apt-get install -y chromium), set TOLLGATE_CHROMIUM=/path/to/chrome, or skip this file locally with TOLLGATE_SKIP_BROWSER=1');
+      throw new Error(CHROMIUM_MISSING);
     }
     workDir = mkdtempSync(join(tmpdir(), 'tollgate-browser-'));
     const bundled = build({

@@ -3,13 +3,14 @@
 // the page equal the ledger's; create a key and call the gateway with it; after a reload the page
 // shows the new usage; rotate and revoke it; sign out. A second team's token sees none of it.
 // The page must also fit 360 px, be usable by keyboard and label its controls.
-// Chromium comes from CHROMIUM_PATH or /usr/bin/chromium (.ci/run installs it); without it this
+// Chromium is found as test/helpers/chromium.ts says (.ci/run installs it); without it this
 // file fails. TOLLGATE_UPDATE_SCREENSHOTS=1 writes docs/portal.png, otherwise a temp dir gets it.
 
-import { existsSync, mkdtempSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import puppeteer, { type Browser, type Page } from 'puppeteer-core';
+import { CHROMIUM_MISSING, findChromium, SKIP_BROWSER_TESTS } from './helpers/chromium.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { issueKey } from '../src/admin/key-issuer.js';
 import { issueTeamToken } from '../src/portal/team-token.js';
@@ -23,7 +24,6 @@ declare const window: any;
 type HTMLElement = any;
 type HTMLInputElement = any;
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const SCREENSHOT = process.env.TOLLGATE_UPDATE_SCREENSHOTS === '1' ? join(import.meta.dirname, '..', 'docs', 'portal.png') : join(mkdtempSync(join(tmpdir(), 'tollgate-portal-')), 'portal.png');
 
 let t: TestGateway;
@@ -67,7 +67,9 @@ async function clickAndLoad(selector: string): Promise<void> {
 }
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) throw new Error(`Chromium not found at ${CHROMIUM}: install it (apt-get install chromium, as .ci/run does) or set CHROMIUM_PATH`);
+  if (SKIP_BROWSER_TESTS) return;
+  const executablePath = findChromium();
+  if (executablePath === undefined) throw new Error(CHROMIUM_MISSING);
   t = await startTestGateway({
     dailyCredits: 10_000,
     config: { portal: { enabled: true, host: '127.0.0.1', port: 0 }, cache: { maxBytes: 0 } },
@@ -81,7 +83,7 @@ beforeAll(async () => {
   for (let n = 0; n < 3; n += 1) expect((await call(t.apiKey)).status).toBe(200);
   await t.store.updateKey(t.keyId, { label: 'backend' });
   expect((await call(issued.secret)).status).toBe(200);
-  browser = await puppeteer.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
+  browser = await puppeteer.launch({ executablePath, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
   page = await browser.newPage();
   page.on('dialog', (dialog) => void dialog.accept());
   await page.setViewport({ width: 1100, height: 900 });
@@ -92,7 +94,7 @@ afterAll(async () => {
   await t?.close();
 });
 
-describe('the team portal in Chromium', () => {
+describe.skipIf(SKIP_BROWSER_TESTS)('the team portal in Chromium', () => {
   it('signs in with a team token into an HTTP-only session; the numbers equal the ledger', async () => {
     await signIn(tokenA);
     expect(await page.$eval('#team-name', (element) => element.textContent)).toBe(t.team.name);
