@@ -37,6 +37,7 @@ import { request } from 'undici';
 import { stringify as toYaml } from 'yaml';
 import { seedAnvil, startAnvil, type AnvilNode } from '../src/devnet/anvil.js';
 import { redisCost, redisSnapshot, type RedisCost } from './redis-cost.js';
+import { cpuSeconds, rssBytes } from './proc-stats.js';
 import { findWrk, prepareWrk, runWrk } from './wrk.js';
 import { formatWsFanout, runWsFanout, WS_FANOUT_SCENARIO } from './ws-fanout.js';
 
@@ -214,39 +215,6 @@ function freePort(): Promise<number> {
       server.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
     });
   });
-}
-
-/** Clock ticks per second of /proc/<pid>/stat CPU times. */
-const CLOCK_TICKS = ((): number => {
-  try {
-    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
-  } catch {
-    return 100;
-  }
-})();
-
-/** User + system CPU seconds a process has used so far, from /proc (Linux); undefined elsewhere. */
-function cpuSeconds(pid: number | undefined): number | undefined {
-  if (pid === undefined) return undefined;
-  try {
-    // Fields after the parenthesised command name; utime and stime are the 14th and 15th overall.
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
-  } catch {
-    return undefined;
-  }
-}
-
-/** Resident set size of a process, from /proc (Linux); undefined elsewhere or once it exited. */
-function rssBytes(pid: number | undefined): number | undefined {
-  if (pid === undefined) return undefined;
-  try {
-    const match = /^VmRSS:\s+(\d+)\s+kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return match ? Number(match[1]) * 1024 : undefined;
-  } catch {
-    return undefined;
-  }
 }
 
 // ---------------------------------------------------------------------------------------------

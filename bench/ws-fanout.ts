@@ -8,7 +8,7 @@
 // From bench/run.ts: `npm run bench -- --only "newHeads fan-out"` runs this scenario alone.
 
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,6 +17,7 @@ import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
 import { startAnvil } from '../src/devnet/anvil.js';
 import { WebSocket } from '../src/websocket/ws-library.js';
+import { cpuSeconds, rssBytes } from './proc-stats.js';
 
 export const WS_FANOUT_SCENARIO = 'newHeads fan-out over WebSocket';
 
@@ -41,34 +42,6 @@ export interface WsFanoutResult {
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI = join(ROOT, 'dist', 'cli.js');
-const CLOCK_TICKS = ((): number => {
-  try {
-    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
-  } catch {
-    return 100;
-  }
-})();
-
-function cpuSeconds(pid: number | undefined): number | undefined {
-  if (pid === undefined) return undefined;
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
-  } catch {
-    return undefined; // not Linux
-  }
-}
-
-function rssBytes(pid: number | undefined): number | undefined {
-  if (pid === undefined) return undefined;
-  try {
-    const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return match === null ? undefined : Number(match[1]) * 1024;
-  } catch {
-    return undefined;
-  }
-}
-
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
