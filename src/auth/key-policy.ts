@@ -118,6 +118,8 @@ export function compileKeyPolicy(settings: KeySettings | null, keySecretHash: st
   const keyMethods = s.allowedMethods.length > 0 ? compileMethods(s.allowedMethods) : undefined;
   const keyAddresses = s.allowedAddresses.length > 0 ? new Set(s.allowedAddresses) : undefined;
   const baseItems = itemRules(keyMethods ? [keyMethods] : [], keyAddresses ? [keyAddresses] : []);
+  /** The common answer (no secret, no token), made once rather than per request. */
+  const baseAdmission: Admission = Object.freeze({ secret: false, items: baseItems });
   const secretDigest = keySecretHash === null ? undefined : Buffer.from(keySecretHash, 'hex');
   const jwtKeys = new Map<string, { keyObject: KeyObject; alg: string }>();
   for (const key of s.jwtKeys) {
@@ -224,7 +226,7 @@ export function compileKeyPolicy(settings: KeySettings | null, keySecretHash: st
       }
       if (s.requireJwt) throw invalidJwt('missing');
       checkRequest(facts, undefined);
-      return { secret: false, items: baseItems };
+      return baseAdmission;
     },
   };
   return policy;

@@ -70,7 +70,10 @@ export function compileOrigins(entries: readonly string[]): OriginMatcher {
     else if (parsed.scheme === undefined) anyScheme.add(parsed.authority);
     else exact.add(`${parsed.scheme}://${parsed.authority}`);
   }
-  return (raw) => {
+  // A page sends the same Origin on every call: the last answer is kept (one string compare).
+  let lastOrigin: string | undefined;
+  let lastAllowed = false;
+  const matches = (raw: string): boolean => {
     const origin = raw.toLowerCase();
     if (exact.has(origin)) return true;
     const separator = origin.indexOf('://');
@@ -81,6 +84,13 @@ export function compileOrigins(entries: readonly string[]): OriginMatcher {
       if (authority.endsWith(suffix) && authority.length > suffix.length && (scheme === undefined || origin.startsWith(scheme) && separator === scheme.length)) return true;
     }
     return false;
+  };
+  return (raw) => {
+    if (raw !== lastOrigin) {
+      lastAllowed = matches(raw);
+      lastOrigin = raw;
+    }
+    return lastAllowed;
   };
 }
 
