@@ -105,19 +105,7 @@ export function adminApiRoutes(admin: AdminService, options: { defaultRotationGr
     {
       method: 'GET',
       path: '/v1/usage',
-      handle: async ({ query }) => {
-        const days = query.get('days');
-        if (days !== null && !/^\d+$/.test(days)) throw new AdminError(400, 'days must be a whole number');
-        return {
-          body: await admin.usage({
-            team: query.get('team') ?? undefined,
-            key: query.get('key') ?? undefined,
-            from: query.get('from') ?? undefined,
-            to: query.get('to') ?? undefined,
-            days: days === null ? undefined : Number(days),
-          }),
-        };
-      },
+      handle: async ({ query }) => ({ body: await admin.usage(usageQuery(query)) }),
     },
   ];
 }
@@ -152,6 +140,19 @@ function compile(route: AdminRoute): CompiledRoute {
     })
     .join('/');
   return { route, pattern: new RegExp(`^${source}$`), names };
+}
+
+/** `GET /v1/usage`'s query (admin and team APIs, their CSV forms), as the admin service takes it. */
+export function usageQuery(query: URLSearchParams): { team?: string; key?: string; from?: string; to?: string; days?: number } {
+  const days = query.get('days');
+  if (days !== null && !/^\d+$/.test(days)) throw new AdminError(400, 'days must be a whole number');
+  return {
+    team: query.get('team') ?? undefined,
+    key: query.get('key') ?? undefined,
+    from: query.get('from') ?? undefined,
+    to: query.get('to') ?? undefined,
+    days: days === null ? undefined : Number(days),
+  };
 }
 
 /** A JSON request body of the admin and team APIs (undefined when empty); a 400 when too large or not JSON. */

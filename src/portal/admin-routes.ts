@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import { AdminError, type AdminService } from '../admin/admin-service.js';
-import { parse, type AdminRoute } from '../admin/admin-server.js';
+import { parse, usageQuery, type AdminRoute } from '../admin/admin-server.js';
 import type { Store, TeamToken } from '../store/index.js';
 import { issueTeamToken } from './team-token.js';
 import { usageCsv } from './usage-csv.js';
@@ -81,19 +81,6 @@ const alertsUpdate = z.strictObject({
   webhookUrl: z.url({ protocol: /^https?$/ }).nullable().optional(),
   rotateSecret: z.boolean().optional(),
 });
-
-/** `GET /v1/usage`'s query, as the admin service takes it. */
-function usageQuery(query: URLSearchParams) {
-  const days = query.get('days');
-  if (days !== null && !/^\d+$/.test(days)) throw new AdminError(400, 'days must be a whole number');
-  return {
-    team: query.get('team') ?? undefined,
-    key: query.get('key') ?? undefined,
-    from: query.get('from') ?? undefined,
-    to: query.get('to') ?? undefined,
-    days: days === null ? undefined : Number(days),
-  };
-}
 
 export function selfServiceAdminRoutes(selfService: SelfServiceAdmin, admin: AdminService, store: Pick<Store, 'listDeliveries'> & Pick<Store, 'findTeam'>): AdminRoute[] {
   return [

@@ -4,7 +4,7 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AdminError, type AdminService } from '../admin/admin-service.js';
-import { expiresAtMs, keyCreate, keyRotate, keyUpdate, parse, readJson } from '../admin/admin-server.js';
+import { expiresAtMs, keyCreate, keyRotate, keyUpdate, parse, readJson, usageQuery } from '../admin/admin-server.js';
 import type { Logger } from '../logging/logger.js';
 import type { Store } from '../store/index.js';
 import { createSessions, type Session } from './session.js';
@@ -61,15 +61,10 @@ function loadAssets(): Map<string, { type: string; body: Buffer }> {
   ]);
 }
 
-function usageQuery(query: URLSearchParams) {
-  const days = query.get('days');
-  if (days !== null && !/^\d+$/.test(days)) throw new AdminError(400, 'days must be a whole number');
-  return {
-    key: query.get('key') ?? undefined,
-    from: query.get('from') ?? undefined,
-    to: query.get('to') ?? undefined,
-    days: days === null ? undefined : Number(days),
-  };
+/** A team reads its own usage only: a `team` parameter is not the team's to choose, and is ignored. */
+function ownUsageQuery(query: URLSearchParams): Omit<ReturnType<typeof usageQuery>, 'team'> {
+  const { team: _notTheirs, ...own } = usageQuery(query);
+  return own;
 }
 
 function teamRoutes(options: { defaultRotationGraceMs: number }): TeamRoute[] {
@@ -96,9 +91,9 @@ function teamRoutes(options: { defaultRotationGraceMs: number }): TeamRoute[] {
       return { body: await team.rotateKey(params.key!, graceMs) };
     }),
     route('POST', '/v1/keys/:key/revoke', async ({ team, params }) => ({ body: { key: await team.revokeKey(params.key!) } })),
-    route('GET', '/v1/usage', async ({ team, query }) => ({ body: await team.usage(usageQuery(query)) })),
+    route('GET', '/v1/usage', async ({ team, query }) => ({ body: await team.usage(ownUsageQuery(query)) })),
     route('GET', '/v1/usage.csv', async ({ team, query }) => {
-      const report = await team.usage(usageQuery(query));
+      const report = await team.usage(ownUsageQuery(query));
       return { body: usageCsv(report.rows), contentType: 'text/csv; charset=utf-8', filename: `usage-${report.from}-${report.to}.csv` };
     }),
     route('GET', '/v1/usage/hourly', async ({ team, query }) => ({ body: await team.hourlyUsage(query.get('day') ?? undefined) })),
