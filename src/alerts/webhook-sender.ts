@@ -1,6 +1,6 @@
 import type { Logger } from '../logging/logger.js';
 import type { AlertStore, WebhookDelivery } from '../store/index.js';
-import { signatureHeader } from './webhook-signature.js';
+import { SIGNATURE_HEADER, signatureHeader } from './webhook-signature.js';
 
 /**
  * Delivers webhook events: a signed JSON POST, retried with exponential backoff on a non-2xx
@@ -81,7 +81,7 @@ export function createWebhookSender(options: WebhookSenderOptions): WebhookSende
           'user-agent': 'Tollgate-Webhooks/1',
           'tollgate-event-id': event.id,
           'tollgate-delivery-attempt': String(n),
-          'tollgate-signature': signatureHeader(target.secret, Math.floor(now() / 1000), body),
+          [SIGNATURE_HEADER]: signatureHeader(target.secret, Math.floor(now() / 1000), body),
         },
         body,
         signal: timeout,
