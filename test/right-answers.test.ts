@@ -189,6 +189,8 @@ describe('selection that learns and recovers', () => {
   });
 
   it('lets a recovered upstream take traffic again after its circuit opened: the probe takes the trial', async () => {
+    let offsetMs = 0;
+    const now = () => Date.now() + offsetMs;
     const flaky = await upstream({ kind: 'status', status: 503 });
     const good = await upstream(honest());
     const tg = await gatewayOver([{ id: 'flaky', url: flaky.url }, { id: 'good', url: good.url }], {
@@ -198,7 +200,7 @@ describe('selection that learns and recovers', () => {
       // Equal weights: once its circuit is closed the recovered upstream gets half the first
       // attempts, whichever of the two the latency estimates happen to favour at the moment.
       selection: 'weighted',
-    });
+    }, now);
     const hash = anvil.seed.blockHashes[3]!;
     // Probes alone open the circuit of the failing upstream.
     await expect.poll(async () => (await metricsText(tg)).match(/tollgate_upstream_circuit_state\{network="eth",upstream="flaky"\} (\d)/)?.[1], { timeout: 5_000 }).toBe('2');
@@ -206,6 +208,9 @@ describe('selection that learns and recovers', () => {
     // After the cooldown a probe is the trial; it succeeds and the circuit closes without any client request.
     await expect.poll(async () => (await metricsText(tg)).match(/tollgate_upstream_circuit_state\{network="eth",upstream="flaky"\} (\d)/)?.[1], { timeout: 5_000 }).toBe('0');
     const before = flaky.calls.filter((c) => c.methods.includes('eth_getBlockByHash')).length;
+    // Its failed probes still weigh on its share of the draw until they fade (half-life 5 s):
+    // a minute later on the gateway's clock (twelve half-lives) they have, whatever the machine's speed.
+    offsetMs += 60_000;
     // Both healthy again: requests reach the recovered one too (20 fair draws all missing it: p = 2^-20).
     for (let n = 0; n < 20; n += 1) await rpc(tg.url('eth'), getBlock(anvil.seed.blockHashes[n % anvil.seed.blockHashes.length]!, n % 2 === 0, n));
     expect(flaky.calls.filter((c) => c.methods.includes('eth_getBlockByHash')).length).toBeGreaterThan(before);
