@@ -17,6 +17,7 @@ import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
 import { startAnvil } from '../src/devnet/anvil.js';
 import { WebSocket } from '../src/websocket/ws-library.js';
+import { startWsProxy } from '../test/helpers/ws-proxy.js';
 import { cpuSeconds, rssBytes } from './proc-stats.js';
 
 export const WS_FANOUT_SCENARIO = 'newHeads fan-out over WebSocket';
@@ -62,42 +63,13 @@ async function rpc(url: string, method: string, params: unknown[]): Promise<unkn
   return ((await response.json()) as { result?: unknown }).result;
 }
 
-/** A ws proxy that only counts the gateway's eth_subscribe calls on their way to anvil. */
-function countingProxy(target: string, port: number): Promise<{ calls: () => number; close: () => void }> {
-  let calls = 0;
-  return import('../src/websocket/ws-library.js').then(({ WebSocketServer }) => {
-    const server = new WebSocketServer({ host: '127.0.0.1', port, perMessageDeflate: false });
-    server.on('connection', (client) => {
-      const upstream = new WebSocket(target, { perMessageDeflate: false });
-      const early: string[] = [];
-      client.on('message', (data: Buffer) => {
-        const text = data.toString('utf8');
-        if (text.includes('"eth_subscribe"')) calls += 1;
-        if (upstream.readyState === WebSocket.OPEN) upstream.send(text);
-        else early.push(text);
-      });
-      upstream.on('open', () => early.splice(0).forEach((text) => upstream.send(text)));
-      upstream.on('message', (data: Buffer) => client.readyState === WebSocket.OPEN && client.send(data.toString('utf8')));
-      const end = () => {
-        client.terminate();
-        upstream.terminate();
-      };
-      client.on('close', end);
-      upstream.on('close', end);
-      client.on('error', end);
-      upstream.on('error', end);
-    });
-    return { calls: () => calls, close: () => server.close() };
-  });
-}
-
 export async function runWsFanout(options: WsFanoutOptions): Promise<WsFanoutResult> {
   const workDir = mkdtempSync(join(tmpdir(), 'tollgate-ws-bench-'));
   const anvil = await startAnvil();
   let gateway: ChildProcess | undefined;
   const sockets: WebSocket[] = [];
-  const proxyPort = await freePort();
-  const proxy = await countingProxy(anvil.url.replace(/^http/, 'ws'), proxyPort);
+  // Between the gateway and anvil, to count the gateway's eth_subscribe calls.
+  const proxy = await startWsProxy(anvil.url.replace(/^http/, 'ws'));
   try {
     const dbFile = join(workDir, 'tollgate.db');
     runCli(['teams', 'create', 'bench', '--daily-credits', '1000000000000', '--db', dbFile]);
@@ -110,7 +82,7 @@ export async function runWsFanout(options: WsFanoutOptions): Promise<WsFanoutRes
         server: { host: '127.0.0.1', port, websocket: { maxConnectionsPerKey: options.subscribers + 10, maxConnections: options.subscribers + 10 } },
         admin: { host: '127.0.0.1', port: 0 },
         store: { driver: 'sqlite', path: dbFile },
-        networks: [{ id: 'eth', kind: 'evm', chainId: 31337, baseUrls: ['*/eth'], upstreams: [{ id: 'anvil', url: anvil.url, wsUrl: `ws://127.0.0.1:${proxyPort}` }] }],
+        networks: [{ id: 'eth', kind: 'evm', chainId: 31337, baseUrls: ['*/eth'], upstreams: [{ id: 'anvil', url: anvil.url, wsUrl: proxy.url }] }],
       }),
     );
     const logFd = openSync(join(workDir, 'gateway.log'), 'a');
@@ -164,7 +136,7 @@ export async function runWsFanout(options: WsFanoutOptions): Promise<WsFanoutRes
       subscribers: options.subscribers,
       blocks: options.blocks,
       delivered: received,
-      upstreamSubscriptions: proxy.calls(),
+      upstreamSubscriptions: proxy.subscribeCalls.length,
       seconds,
       eventsPerSecond: received / seconds,
       cpuUsPerEvent: cpuBefore === undefined || cpuAfter === undefined ? undefined : ((cpuAfter - cpuBefore) / received) * 1e6,
@@ -173,7 +145,7 @@ export async function runWsFanout(options: WsFanoutOptions): Promise<WsFanoutRes
   } finally {
     for (const socket of sockets) socket.terminate();
     gateway?.kill('SIGTERM');
-    proxy.close();
+    await proxy.kill();
     await anvil.stop();
     rmSync(workDir, { recursive: true, force: true });
   }
