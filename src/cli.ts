@@ -5,6 +5,7 @@ import { basename, extname } from 'node:path';
 import { ConfigError, loadConfigFile } from './config/load.js';
 import type { StoreConfig } from './config/schema.js';
 import { startGateway } from './gateway.js';
+import { resolveWorkerCount, serveWorkerGroup } from './cluster/worker-group.js';
 import { openStore, StoreConflictError, type Store } from './store/index.js';
 import { AdminError, createAdminService, type AdminService } from './admin/admin-service.js';
 import { utcDay } from './metering/meter.js';
@@ -20,8 +21,8 @@ import { usageCsv } from './portal/usage-csv.js';
  */
 
 const USAGE = `Usage:
-  tollgate serve [--config FILE]
-  tollgate devnet [--json] [--port N] [--data-dir DIR]
+  tollgate serve [--config FILE] [--workers N|auto]
+  tollgate devnet [--json] [--port N] [--data-dir DIR] [--workers N|auto]
   tollgate teams create NAME --daily-credits N [--credits-per-second N]
   tollgate teams update NAME [--daily-credits N] [--credits-per-second N|none]
   tollgate teams list
@@ -51,6 +52,7 @@ const OPTIONS = {
   db: { type: 'string' },
   json: { type: 'boolean' },
   port: { type: 'string' },
+  workers: { type: 'string' },
   'data-dir': { type: 'string' },
   'daily-credits': { type: 'string' },
   'credits-per-second': { type: 'string' },
@@ -175,9 +177,17 @@ function settingsFromFlags(values: Values): Record<string, unknown> | undefined 
   return Object.keys(settings).length === 0 ? undefined : settings;
 }
 
+/** `--workers N|auto`, over the config's `server.workers`. */
+function workersFlag(values: Values): number | 'auto' | undefined {
+  return values.workers === 'auto' ? 'auto' : wholeNumber(values.workers, '--workers');
+}
+
 async function serve(values: Values): Promise<void> {
   const path = configPath(values);
-  const gateway = await startGateway(loadConfigFile(path), { loadConfig: () => loadConfigFile(path) });
+  const config = loadConfigFile(path);
+  const workers = resolveWorkerCount(workersFlag(values) ?? config.server.workers);
+  if (workers > 1) return serveWorkerGroup(config, { workers, loadConfig: () => loadConfigFile(path) });
+  const gateway = await startGateway(config, { loadConfig: () => loadConfigFile(path) });
   process.once('SIGTERM', () => {
     gateway.drain().then(
       () => process.exit(0),
@@ -244,6 +254,7 @@ async function main(argv: string[]): Promise<void> {
         json: values.json ?? false,
         port: wholeNumber(values.port, '--port') ?? 8080,
         dataDir: values['data-dir'] ?? 'data',
+        workers: resolveWorkerCount(workersFlag(values) ?? 1),
       });
     }
     case 'teams create':

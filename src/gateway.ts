@@ -13,9 +13,9 @@ import { createMeter } from './metering/meter.js';
 import { createRequestRecorder } from './metrics/record.js';
 import { createFilterIds } from './routing/filter-ids.js';
 import { createMetrics } from './metrics/metrics.js';
-import { createScrape } from './metrics/scrape.js';
+import { createScrape, createScrapeJson } from './metrics/scrape.js';
 import { createThrottle } from './logging/throttle.js';
-import { operationalRoutes } from './admin/operational-routes.js';
+import { operationalRoutes, readiness, type Readiness } from './admin/operational-routes.js';
 import { createConfigReloader } from './server/config-reload.js';
 import { createNetworkSetHolder } from './server/network-sets.js';
 import { createCallExecutor } from './server/call-executor.js';
@@ -45,6 +45,20 @@ export interface GatewayOptions {
   loadConfig?: () => GatewayConfig;
   /** The wait between webhook retries; tests inject one that does not sleep. */
   webhookSleep?: WebhookSenderOptions['sleep'];
+  /**
+   * Serve as one worker of `serve --workers N` (src/cluster/): the RPC listener only. The primary
+   * holds the admin listener, the portal, key-event checks and the WAL checkpointer, and counts reloads.
+   */
+  groupWorker?: boolean;
+}
+
+/** What the primary of a worker group asks of a worker (src/cluster/worker-main.ts). */
+export interface GroupWorkerHooks {
+  metricsJson: ReturnType<typeof createScrapeJson>;
+  readiness(): Promise<Readiness>;
+  /** Keys changed through the primary's admin API or portal. */
+  forgetKeys(): void;
+  forgetAlertTargets(teamId: string): void;
 }
 
 export interface RunningGateway {
@@ -54,7 +68,7 @@ export interface RunningGateway {
   /** `http://host:port` of the RPC listener. */
   rpcOrigin: string;
   rpcPort: number;
-  /** `http://host:port` of the admin listener. */
+  /** `http://host:port` of the admin listener ('' in a group's worker: the primary has it). */
   adminOrigin: string;
   /** `http://host:port` of the portal listener, when `portal.enabled`. */
   portalOrigin: string | undefined;
@@ -65,6 +79,7 @@ export interface RunningGateway {
   /** Stops accepting, lets in-flight requests finish (bounded by `server.drainTimeoutMs`), then closes. */
   drain(): Promise<void>;
   close(): Promise<void>;
+  group: GroupWorkerHooks;
 }
 
 /** How often reservations older than `credits.staleReservationMs` (or of dead processes) are looked for. */
@@ -112,7 +127,8 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     options.store ??
     (await openStore(config.store, {
       now,
-      backgroundCheckpoints: {
+      checkpointedElsewhere: options.groupWorker,
+      backgroundCheckpoints: options.groupWorker ? undefined : {
         intervalMs: WAL_CHECKPOINT_INTERVAL_MS,
         onError: (error) => logger.error({ err: error }, 'the SQLite checkpoint thread failed; checkpoints run in the commits again'),
       },
@@ -169,7 +185,8 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     buildNetworks,
     networkSets,
     logger,
-    onReload: (result) => metrics.configReloads.inc({ result }),
+    // A group's reloads are validated and counted once, by its primary.
+    onReload: (result) => options.groupWorker || metrics.configReloads.inc({ result }),
   });
   const shouldLogStoreError = createThrottle(STORE_ERROR_LOG_INTERVAL_MS, now);
   let draining = false;
@@ -272,11 +289,12 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   });
   webSocket.attach(rpcServer);
 
+  const scrapeSources = { cache, inFlight: networkSets.inFlight, networks: networkSets.current };
   const operational = operationalRoutes({
     store,
     networks: networkSets.current,
     draining: () => draining,
-    scrape: createScrape(metrics, { cache, inFlight: networkSets.inFlight, networks: networkSets.current }),
+    scrape: createScrape(metrics, scrapeSources),
     reload: reloader.reload,
   });
   const admin = createAdminService(store, { now, onChange: () => authenticator.clear(), onKeyRevoked: selfService.onKeyRevoked });
@@ -288,11 +306,10 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   );
 
   const rpcAddress = await listen(rpcServer, config.server.port, config.server.host);
-  const adminAddress = await listen(adminServer, config.admin.port, config.admin.host);
   const rpcOrigin = originOf(rpcAddress);
-  const adminOrigin = originOf(adminAddress);
-  const portalOrigin = await selfService.start(admin);
-  logger.info({ rpc: rpcOrigin, admin: adminOrigin, portal: portalOrigin, networks: [...networkSets.current().byId.keys()] }, 'gateway listening');
+  const adminOrigin = options.groupWorker ? '' : originOf(await listen(adminServer, config.admin.port, config.admin.host));
+  const portalOrigin = options.groupWorker ? undefined : await selfService.start(admin);
+  logger.info({ rpc: rpcOrigin, admin: adminOrigin, portal: portalOrigin, networks: [...networkSets.current().byId.keys()] }, options.groupWorker ? 'worker listening' : 'gateway listening');
 
   let closing: Promise<void> | undefined;
   function close(): Promise<void> {
@@ -338,5 +355,11 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
       await close();
     },
     close,
+    group: {
+      metricsJson: createScrapeJson(metrics, scrapeSources),
+      readiness: () => readiness({ store, networks: networkSets.current, draining: () => draining }),
+      forgetKeys: () => authenticator.clear(),
+      forgetAlertTargets: (teamId) => selfService.alerting.targets.forget(teamId),
+    },
   };
 }

@@ -14,11 +14,16 @@ export interface Readiness {
 
 export interface OperationalDeps {
   store: Pick<Store, 'ping'>;
-  networks: () => NetworkSet;
+  networks: () => Pick<NetworkSet, 'byId'>;
   draining: () => boolean;
   /** The exposition text and its content type, with scrape-time gauges refreshed. */
   scrape(): Promise<{ text: string; contentType: string }>;
   reload(): Promise<void>;
+  /**
+   * Answers `/readyz` instead of {@link readiness} (the primary of `serve --workers N` asks its
+   * workers), and names the networks a reload left running.
+   */
+  group?: { readiness(): Promise<Readiness & { workers: Record<string, boolean> }>; networkIds(): string[] };
 }
 
 /** Ready: not draining, the store answers, and every network has an upstream it may route to. */
@@ -42,6 +47,10 @@ export function operationalRoutes(deps: OperationalDeps): AdminRoute[] {
       path: '/readyz',
       public: true,
       handle: async () => {
+        if (deps.group !== undefined) {
+          const { ready, checks, workers } = await deps.group.readiness();
+          return { status: ready ? 200 : 503, body: { status: ready ? 'ready' : 'not ready', ...checks, workers } };
+        }
         const { ready, checks } = await readiness(deps);
         return { status: ready ? 200 : 503, body: { status: ready ? 'ready' : 'not ready', ...checks } };
       },
@@ -63,7 +72,8 @@ export function operationalRoutes(deps: OperationalDeps): AdminRoute[] {
         } catch (error) {
           return { status: 400, body: { error: { code: 'invalid_config', message: (error as Error).message } } };
         }
-        return { body: { reloaded: true, networks: [...deps.networks().byId.keys()] } };
+        const networks = deps.group?.networkIds() ?? [...deps.networks().byId.keys()];
+        return { body: { reloaded: true, networks } };
       },
     },
   ];

@@ -269,6 +269,12 @@ export const configSchema = z
         /** On SIGTERM, how long in-flight requests may take to finish before connections are cut. */
         drainTimeoutMs: positiveInt.default(25_000),
         /**
+         * Processes serving the RPC port (node:cluster workers under one primary that holds the admin
+         * listener, the portal and `/metrics`): a number, or `auto` for the host's available cores.
+         * 1 serves everything from one process, as without the option.
+         */
+        workers: z.union([z.literal('auto'), positiveInt.max(1024)]).default(1),
+        /**
          * Addresses or CIDR ranges of the reverse proxies in front of the gateway. `X-Forwarded-For`
          * is believed only from these (walked right to left, skipping them); the IP rule of a key
          * otherwise sees the connection's own address. Default: none.

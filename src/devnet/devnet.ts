@@ -2,6 +2,7 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { parseConfig } from '../config/load.js';
 import { startGateway, type RunningGateway } from '../gateway.js';
+import { startWorkerGroup } from '../cluster/worker-group.js';
 import { createLogger } from '../logging/logger.js';
 import pino from 'pino';
 import { issueKey } from '../admin/key-issuer.js';
@@ -21,6 +22,8 @@ export interface DevnetOptions {
   json: boolean;
   port: number;
   dataDir: string;
+  /** Gateway worker processes (`--workers`); 1, the default, serves from this process. */
+  workers: number;
 }
 
 export const DEVNET_EVM_NETWORK = 'eth-devnet';
@@ -37,7 +40,7 @@ async function demoKey(store: Store): Promise<{ apiKey: string; teamToken: strin
 }
 
 export async function runDevnet(options: DevnetOptions): Promise<void> {
-  const started: { anvil?: AnvilNode; das?: SampleDasThread; gateway?: RunningGateway } = {};
+  const started: { anvil?: AnvilNode; das?: SampleDasThread; gateway?: Pick<RunningGateway, 'close' | 'rpcOrigin' | 'adminOrigin' | 'portalOrigin'> } = {};
   let stopping = false;
   const stop = async (exitCode: number) => {
     if (stopping) return;
@@ -102,7 +105,8 @@ export async function runDevnet(options: DevnetOptions): Promise<void> {
     const { apiKey, teamToken } = await demoKey(store);
     await store.close();
     // Request logs go to stderr: stdout carries the ready message (or the one `--json` line).
-    const gateway = await startGateway(config, { logger: createLogger({ destination: pino.destination({ fd: 2, sync: false }) }) });
+    const logger = createLogger({ destination: pino.destination({ fd: 2, sync: false }) });
+    const gateway = options.workers > 1 ? await startWorkerGroup(config, { workers: options.workers, logger, workerLogFd: 2 }) : await startGateway(config, { logger });
     started.gateway = gateway;
 
     const evmUrl = `${gateway.rpcOrigin}/${DEVNET_EVM_NETWORK}/v3/${apiKey}`;

@@ -43,6 +43,8 @@ export interface LoggerOptions {
   destination?: pino.DestinationStream;
   /** Known secrets (upstream URL credentials, header values, the admin token) to scrub from error text. */
   secrets?: readonly string[];
+  /** Fields on every line (a worker of `serve --workers N` names itself). */
+  base?: Record<string, unknown>;
 }
 
 const scrubbers = new WeakMap<Logger, SecretScrubber>();
@@ -62,7 +64,7 @@ export function createLogger(options: LoggerOptions = {}): Logger {
   const logger = pino(
     {
       level: options.level ?? process.env.TOLLGATE_LOG_LEVEL ?? 'info',
-      base: undefined,
+      base: options.base,
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },
       redact: { paths: REDACT_PATHS, censor: '[redacted]' },

@@ -220,7 +220,9 @@ export function createMetrics(): GatewayMetrics {
   dropTotalSuffixedGauges(registry);
   const registers = [registry];
   /** Upstream state read from the routing layer at scrape time (see upstream-state.ts). */
-  const upstreamGauge = (name: string, help: string) => new Gauge({ name, help, labelNames: ['network', 'upstream'] as const, registers });
+  // `aggregator`: how `serve --workers N` merges a gauge over its workers (docs/metrics.md, per metric).
+  const upstreamGauge = (name: string, help: string, aggregator: 'min' | 'max' | 'average') =>
+    new Gauge({ name, help, labelNames: ['network', 'upstream'] as const, registers, aggregator });
   return {
     registry,
     requests: tallied({
@@ -236,7 +238,7 @@ export function createMetrics(): GatewayMetrics {
       buckets: LATENCY_BUCKETS,
       registers,
     }),
-    inFlight: new Gauge({ name: 'tollgate_requests_in_flight', help: 'HTTP requests being processed', registers }),
+    inFlight: new Gauge({ name: 'tollgate_requests_in_flight', help: 'HTTP requests being processed', registers, aggregator: 'sum' }),
     upstreamRequests: tallied({
       name: 'tollgate_upstream_requests_total',
       help: 'Attempts against upstreams, by outcome: result, rpc_error (passed to the client) or the failure reason',
@@ -250,11 +252,11 @@ export function createMetrics(): GatewayMetrics {
       buckets: LATENCY_BUCKETS,
       registers,
     }),
-    upstreamHealthy: upstreamGauge('tollgate_upstream_healthy', '1 while the upstream circuit is closed, 0 while it is open or half-open'),
-    upstreamCircuitState: upstreamGauge('tollgate_upstream_circuit_state', "The upstream's circuit: 0 closed, 1 half-open (a trial under way), 2 open"),
-    upstreamHeadBlock: upstreamGauge('tollgate_upstream_head_block', 'Chain head the last health probe of the upstream reported'),
-    upstreamHeadLag: upstreamGauge('tollgate_upstream_head_lag_blocks', "Blocks the upstream's probed head is behind the best probed head of its network"),
-    upstreamLatencyEstimate: upstreamGauge('tollgate_upstream_latency_estimate_seconds', "The latency estimate that ranks the upstream (fades while it is not refreshed)"),
+    upstreamHealthy: upstreamGauge('tollgate_upstream_healthy', '1 while the upstream circuit is closed, 0 while it is open or half-open', 'min'),
+    upstreamCircuitState: upstreamGauge('tollgate_upstream_circuit_state', "The upstream's circuit: 0 closed, 1 half-open (a trial under way), 2 open", 'max'),
+    upstreamHeadBlock: upstreamGauge('tollgate_upstream_head_block', 'Chain head the last health probe of the upstream reported', 'max'),
+    upstreamHeadLag: upstreamGauge('tollgate_upstream_head_lag_blocks', "Blocks the upstream's probed head is behind the best probed head of its network", 'max'),
+    upstreamLatencyEstimate: upstreamGauge('tollgate_upstream_latency_estimate_seconds', "The latency estimate that ranks the upstream (fades while it is not refreshed)", 'average'),
     upstreamProbes: tallied({
       name: 'tollgate_upstream_probes_total',
       help: 'Health probes of upstreams, by outcome: ok or the failure reason',
@@ -280,8 +282,8 @@ export function createMetrics(): GatewayMetrics {
       registers,
     }),
     cacheEvictions: new Counter({ name: 'tollgate_cache_evictions_total', help: 'Block cache entries evicted to stay within maxBytes', registers }),
-    cacheBytes: new Gauge({ name: 'tollgate_cache_bytes', help: 'Bytes held by the block cache (result bytes plus per-entry overhead)', registers }),
-    cacheEntries: new Gauge({ name: 'tollgate_cache_entries', help: 'Entries in the block cache', registers }),
+    cacheBytes: new Gauge({ name: 'tollgate_cache_bytes', help: 'Bytes held by the block cache (result bytes plus per-entry overhead)', registers, aggregator: 'sum' }),
+    cacheEntries: new Gauge({ name: 'tollgate_cache_entries', help: 'Entries in the block cache', registers, aggregator: 'sum' }),
     creditsCharged: tallied({
       name: 'tollgate_credits_charged_total',
       help: 'Credits charged, by network, method and team id',
@@ -311,13 +313,14 @@ export function createMetrics(): GatewayMetrics {
       help: 'Ledger operations that failed because the store was unreachable',
       registers,
     }),
-    wsConnections: new Gauge({ name: 'tollgate_ws_connections', help: 'Open WebSocket connections, by network', labelNames: ['network'], registers }),
-    wsSubscriptions: new Gauge({ name: 'tollgate_ws_subscriptions', help: 'Client subscriptions open on WebSocket connections, by network and type', labelNames: ['network', 'type'], registers }),
+    wsConnections: new Gauge({ name: 'tollgate_ws_connections', help: 'Open WebSocket connections, by network', labelNames: ['network'], registers, aggregator: 'sum' }),
+    wsSubscriptions: new Gauge({ name: 'tollgate_ws_subscriptions', help: 'Client subscriptions open on WebSocket connections, by network and type', labelNames: ['network', 'type'], registers, aggregator: 'sum' }),
     wsUpstreamSubscriptions: new Gauge({
       name: 'tollgate_ws_upstream_subscriptions',
       help: 'Subscriptions held on upstream sockets (shared by identical client subscriptions), by network and type; the internal head tracker counts as newHeads',
       labelNames: ['network', 'type'],
       registers,
+      aggregator: 'sum',
     }),
     wsEventsDelivered: tallied({
       name: 'tollgate_ws_events_delivered_total',
@@ -348,6 +351,27 @@ export function createMetrics(): GatewayMetrics {
       name: 'tollgate_webhook_deliveries_total',
       help: 'Webhook delivery attempts by event type and outcome (delivered, failed: non-2xx, timeout, error: no answer)',
       labelNames: ['type', 'outcome'],
+      registers,
+    }),
+  };
+}
+
+/** The primary's own metrics under `serve --workers N` (docs/metrics.md, "Worker group"). */
+export interface WorkerGroupMetrics {
+  /** Workers serving the RPC port right now. */
+  workers: Gauge;
+  /** Labels: reason (the signal that ended the worker, e.g. SIGKILL, or exit_<code>). */
+  workerRestarts: Counter<'reason'>;
+}
+
+export function createWorkerGroupMetrics(registry: Registry): WorkerGroupMetrics {
+  const registers = [registry];
+  return {
+    workers: new Gauge({ name: 'tollgate_workers', help: 'Workers of the group serving the RPC port', registers, aggregator: 'sum' }),
+    workerRestarts: new Counter({
+      name: 'tollgate_worker_restarts_total',
+      help: 'Workers restarted after they ended unasked, by reason: the signal that ended them (SIGKILL, ...) or exit_<code>',
+      labelNames: ['reason'],
       registers,
     }),
   };

@@ -31,7 +31,15 @@ export interface SelfService {
 export function createSelfService(
   config: GatewayConfig,
   store: Store,
-  options: { now: () => number; logger: Logger; metrics: GatewayMetrics; webhookSleep?: WebhookSenderOptions['sleep']; defaultRotationGraceMs: number },
+  options: {
+    now: () => number;
+    logger: Logger;
+    metrics: GatewayMetrics;
+    webhookSleep?: WebhookSenderOptions['sleep'];
+    defaultRotationGraceMs: number;
+    /** Also told when a team's alert settings change here (the primary of a worker group tells its workers). */
+    onAlertSettingsChanged?: (teamId: string) => void;
+  },
 ): SelfService {
   const { now, logger } = options;
   const alerting = createAlerting(store, config.webhooks, {
@@ -49,7 +57,13 @@ export function createSelfService(
       alerting.keys.keyRevoked(key).catch((error: unknown) => logger.error({ err: error, key: key.id }, 'key.revoked event failed'));
     },
     adminRoutes(admin) {
-      const selfService = createSelfServiceAdmin(store, admin, { now, onAlertSettingsChanged: (teamId) => alerting.targets.forget(teamId) });
+      const selfService = createSelfServiceAdmin(store, admin, {
+        now,
+        onAlertSettingsChanged: (teamId) => {
+          alerting.targets.forget(teamId);
+          options.onAlertSettingsChanged?.(teamId);
+        },
+      });
       return selfServiceAdminRoutes(selfService, admin, store);
     },
     async start(admin) {

@@ -44,11 +44,11 @@ export { StoreConflictError } from './types.js';
 /** Opens the store the config names; the only place that knows which drivers exist. */
 export async function openStore(
   config: StoreConfig,
-  options: { now?: () => number; backgroundCheckpoints?: SqliteStoreOptions['backgroundCheckpoints'] } = {},
+  options: Pick<SqliteStoreOptions, 'now' | 'backgroundCheckpoints' | 'checkpointedElsewhere'> = {},
 ): Promise<Store> {
   switch (config.driver) {
     case 'sqlite':
-      return createSqliteStore({ path: config.path, now: options.now, backgroundCheckpoints: options.backgroundCheckpoints });
+      return createSqliteStore({ path: config.path, ...options });
     case 'redis':
       return createRedisStore({
         url: config.url,

@@ -95,6 +95,8 @@ CREATE TABLE IF NOT EXISTS reservations (
 
 /** SQLite's own `wal_autocheckpoint` default. */
 const SQLITE_DEFAULT_AUTOCHECKPOINT_PAGES = 1000;
+/** About 40 MB of WAL (4 KiB pages): a bound, reached only when the checkpointing process is not checkpointing. */
+const SAFETY_AUTOCHECKPOINT_PAGES = 10_000;
 
 export interface SqliteStoreOptions {
   path: string;
@@ -105,6 +107,12 @@ export interface SqliteStoreOptions {
    * thread; automatic checkpoints are then turned back on.
    */
   backgroundCheckpoints?: { intervalMs: number; onError: (error: Error) => void };
+  /**
+   * Another process on this file runs the background checkpoints (the primary of `serve --workers
+   * N`): this connection's commits checkpoint only past {@link SAFETY_AUTOCHECKPOINT_PAGES}, which
+   * the other process's checkpoints keep the WAL far below; if they stop, the WAL stays bounded.
+   */
+  checkpointedElsewhere?: boolean;
 }
 
 function openSqliteDatabase(path: string): Database.Database {
@@ -147,6 +155,7 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
   const db = openSqliteDatabase(options.path);
   const now = options.now ?? Date.now;
   let checkpointer: SqliteCheckpointer | undefined;
+  if (options.checkpointedElsewhere && options.path !== ':memory:') db.pragma(`wal_autocheckpoint = ${SAFETY_AUTOCHECKPOINT_PAGES}`);
   if (options.backgroundCheckpoints !== undefined && options.path !== ':memory:') {
     const { intervalMs, onError } = options.backgroundCheckpoints;
     db.pragma('wal_autocheckpoint = 0');
