@@ -3,7 +3,8 @@
 // contract the test deploys with a locally signed transaction, gas estimates, transfers and their
 // receipts, logs, block and event watchers (filters), multicall and ethers' JSON-RPC batches. A
 // proxy between the clients and the gateway records every call they made; the ledger must hold
-// exactly the catalogue price of each call answered, per method.
+// exactly the catalogue price of each call answered, per method. The same flows run against a
+// gateway in this process and against `tollgate serve` with two workers on one SQLite file.
 
 import { Contract, JsonRpcProvider, Wallet, type Log as EthersLog } from 'ethers';
 import { createPublicClient, createWalletClient, http, parseAbi, toEventSelector, type Address, type Hex } from 'viem';
@@ -14,6 +15,9 @@ import { CATALOGUE } from '../src/methods/catalogue.js';
 import { directRpc, useSeededAnvil } from './helpers/anvil.js';
 import { startTestGateway, type TestGateway } from './helpers/gateway.js';
 import { startScriptedUpstream, type ScriptedUpstream } from './helpers/scripted-upstream.js';
+import { ensureBuilt } from './helpers/build.js';
+import { setUpGroup, startGroup, type RunningGroup } from './helpers/worker-group.js';
+import { openStore, type UsageQuery, type UsageRow } from '../src/store/index.js';
 
 const anvil = useSeededAnvil({}, { blocks: 2, txPerBlock: 1 });
 
@@ -52,28 +56,62 @@ const INIT_CODE: Hex = `0x603080600b6000396000f3${RUNTIME}`;
 const PRICES = new Map(CATALOGUE.evm.groups.flatMap((group) => group.methods.map((method) => [method, group.credits] as const)));
 const priceOf = (method: string): number => PRICES.get(method) ?? CATALOGUE.evm.unlistedCredits;
 
-let tg: TestGateway;
-/** Between the clients and the gateway: every request and answer. */
-let proxy: ScriptedUpstream;
+/** A gateway the flows run against, behind a proxy that records every request and answer. */
+interface Target {
+  name: string;
+  proxy: ScriptedUpstream;
+  url(networkId: string): string;
+  usage(query: UsageQuery): Promise<UsageRow[]>;
+  teamId: string;
+  close(): Promise<void>;
+}
+const targets: Target[] = [];
 const exchanges: Array<{ request: unknown; response: unknown }> = [];
+let group: RunningGroup | undefined;
 
-beforeAll(async () => {
-  tg = await startTestGateway({
-    networks: [{ id: 'eth', kind: 'evm', chainId: 31337, upstreams: [{ id: 'anvil', url: anvil.node.url }] }],
-  });
-  proxy = await startScriptedUpstream({
+function recordingProxy(url: string): Promise<ScriptedUpstream> {
+  return startScriptedUpstream({
     kind: 'proxy',
-    url: tg.url('eth'),
+    url,
     transform: (response, request) => {
       exchanges.push({ request, response });
       return response;
     },
   });
-}, 30_000);
+}
+
+beforeAll(async () => {
+  const NETWORKS = [{ id: 'eth', kind: 'evm', chainId: 31337, upstreams: [{ id: 'anvil', url: anvil.node.url }] }];
+  const tg: TestGateway = await startTestGateway({ networks: NETWORKS });
+  targets.push({ name: 'one process', proxy: await recordingProxy(tg.url('eth')), url: tg.url, usage: (query) => tg.store.usage(query), teamId: tg.team.id, close: () => tg.close() });
+
+  await ensureBuilt();
+  const setup = await setUpGroup({ workers: 2, dailyCredits: 1_000_000_000 });
+  setup.writeConfig(NETWORKS.map((network) => ({ ...network, baseUrls: ['*/eth'] })));
+  const running = await startGroup(setup);
+  group = running;
+  // The test reads the usage the workers wrote through a store of its own on the same file.
+  const store = await openStore({ driver: 'sqlite', path: setup.db });
+  const url = (networkId: string) => `${running.rpcOrigin}/${networkId}/v3/${setup.secret}`;
+  targets.push({
+    name: 'two workers',
+    proxy: await recordingProxy(url('eth')),
+    url,
+    usage: (query) => store.usage(query),
+    teamId: setup.teamId,
+    async close() {
+      await store.close();
+      await running.stop('SIGTERM');
+      setup.cleanUp();
+    },
+  });
+}, 120_000);
 
 afterAll(async () => {
-  await proxy?.close();
-  await tg?.close();
+  for (const target of targets) {
+    await target.proxy.close();
+    await target.close();
+  }
 });
 
 type Item = { id?: unknown; method?: string; result?: unknown; error?: { code: number; message: string } };
@@ -118,8 +156,8 @@ function expectedCharges(from: number): { byMethod: Record<string, { credits: nu
 }
 
 const today = (): string => new Date().toISOString().slice(0, 10);
-async function usageByMethod(): Promise<Record<string, { credits: number; requests: number }>> {
-  const rows = await tg.store.usage({ teamId: tg.team.id, fromDay: today(), toDay: today() });
+async function usageByMethod(target: Target): Promise<Record<string, { credits: number; requests: number }>> {
+  const rows = await target.usage({ teamId: target.teamId, fromDay: today(), toDay: today() });
   const byMethod: Record<string, { credits: number; requests: number }> = {};
   for (const row of rows) {
     const entry = (byMethod[row.method] ??= { credits: 0, requests: 0 });
@@ -158,11 +196,12 @@ async function mineUntil(condition: () => boolean, what: string): Promise<void> 
   }
 }
 
-describe('viem through the gateway', () => {
+describe.each(['one process', 'two workers'])('viem through the gateway (%s)', (name) => {
   it('reads, deploys, transacts, watches and multicalls; the ledger holds the catalogue price of every call', async () => {
+    const target = targets.find((candidate) => candidate.name === name)!;
     const from = exchanges.length;
-    const usageBefore = await usageByMethod();
-    const transport = http(proxy.url);
+    const usageBefore = await usageByMethod(target);
+    const transport = http(target.proxy.url);
     const client = createPublicClient({ chain: foundry, transport, pollingInterval: 100 });
     const account = privateKeyToAccount(VIEM_KEY);
     const wallet = createWalletClient({ chain: foundry, transport, account });
@@ -240,24 +279,26 @@ describe('viem through the gateway', () => {
     for (const method of ['eth_blockNumber', 'eth_getBalance', 'eth_sendRawTransaction', 'eth_getTransactionReceipt', 'eth_call', 'eth_estimateGas', 'eth_newFilter', 'eth_getFilterChanges', 'eth_getLogs', 'eth_getCode']) {
       expect(expected.methods, method).toContain(method);
     }
-    expect(delta(usageBefore, await usageByMethod())).toEqual(expected.byMethod);
+    expect(delta(usageBefore, await usageByMethod(target))).toEqual(expected.byMethod);
   }, 60_000);
 });
 
-describe('ethers v6 through the gateway', () => {
+describe.each(['one process', 'two workers'])('ethers v6 through the gateway (%s)', (name) => {
   it('the same flows, with provider.on("block"), contract.on(event) and its default batching; the ledger holds the catalogue prices', async () => {
+    const target = targets.find((candidate) => candidate.name === name)!;
     const from = exchanges.length;
-    const usageBefore = await usageByMethod();
+    const usageBefore = await usageByMethod(target);
     // cacheTimeout -1: ethers otherwise answers a repeated call within 250 ms from its own cache,
     // and on an instantly mining node the next transaction would reuse the nonce it just read.
-    const provider = new JsonRpcProvider(proxy.url, 31337, { staticNetwork: true, pollingInterval: 100, cacheTimeout: -1 });
+    const provider = new JsonRpcProvider(target.proxy.url, 31337, { staticNetwork: true, pollingInterval: 100, cacheTimeout: -1 });
     const wallet = new Wallet(ETHERS_KEY, provider);
     try {
       // Concurrent calls: ethers sends them as one JSON-RPC batch.
       const [blockNumber, balance, nonce] = await Promise.all([provider.getBlockNumber(), provider.getBalance(wallet.address), provider.getTransactionCount(wallet.address)]);
       expect(blockNumber).toBe(Number.parseInt((await directRpc(anvil.node.url, 'eth_blockNumber', [])) as string, 16));
       expect(balance).toBeGreaterThan(0n);
-      expect(nonce).toBe(0);
+      // The account's transactions so far (the flows ran against the other target first on the same node).
+      expect(nonce).toBe(Number.parseInt((await directRpc(anvil.node.url, 'eth_getTransactionCount', [wallet.address, 'latest'])) as string, 16));
       expect(exchanges.slice(from).some((exchange) => Array.isArray(exchange.request) && exchange.request.length >= 2)).toBe(true);
 
       const deployTx = await wallet.sendTransaction({ data: INIT_CODE });
@@ -301,18 +342,25 @@ describe('ethers v6 through the gateway', () => {
     for (const method of ['eth_blockNumber', 'eth_getBalance', 'eth_sendRawTransaction', 'eth_getTransactionReceipt', 'eth_call', 'eth_estimateGas', 'eth_newFilter', 'eth_getFilterChanges', 'eth_getLogs']) {
       expect(expected.methods, method).toContain(method);
     }
-    expect(delta(usageBefore, await usageByMethod())).toEqual(expected.byMethod);
+    expect(delta(usageBefore, await usageByMethod(target))).toEqual(expected.byMethod);
   }, 60_000);
 });
 
-describe('dev-node controls', () => {
+describe.each(['one process', 'two workers'])('dev-node controls (%s)', (name) => {
   it('are denied on the gateway while the node itself serves them (the devnet seeds anvil directly)', async () => {
-    const before = await usageByMethod();
+    const target = targets.find((candidate) => candidate.name === name)!;
+    const before = await usageByMethod(target);
     for (const method of ['evm_mine', 'anvil_setBalance', 'eth_accounts', 'eth_sendTransaction']) {
-      const r = await fetch(tg.url('eth'), { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params: [] }) });
+      const r = await fetch(target.url('eth'), { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params: [] }) });
       expect(await r.json()).toEqual({ jsonrpc: '2.0', id: 1, error: { code: -32601, message: `the method ${method} is disabled on this gateway` } });
     }
-    expect(delta(before, await usageByMethod())).toEqual({});
+    expect(delta(before, await usageByMethod(target))).toEqual({});
     expect(await directRpc(anvil.node.url, 'eth_accounts', [])).toHaveLength(10);
+  });
+});
+
+describe('the two-worker group', () => {
+  it('served the flows with both workers (the connections of the proxy were spread over them)', () => {
+    expect([...group!.requestsByWorker().keys()].sort()).toStrictEqual([1, 2]);
   });
 });
