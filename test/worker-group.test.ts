@@ -196,3 +196,38 @@ describe.each([2, 4])('%i workers on one SQLite file', (workers) => {
     }
   }, 120_000);
 });
+
+describe('credits per second on one SQLite file', () => {
+  it('the workers draw from one bucket per team: a burst over both is admitted once, not once per worker', async () => {
+    const CALLS = 24;
+    // eth_chainId costs 5: a bucket of 5 credits admits one call, then one more per second.
+    const setup = await setUpGroup({ workers: 2, dailyCredits: 1_000_000, creditsPerSecond: CHAIN_ID_COST });
+    setups.push(setup);
+    setup.writeConfig([{ id: 'eth', kind: 'evm', chainId: 31337, baseUrls: ['*/eth'], upstreams: [{ id: 'anvil', url: anvil.node.url }] }]);
+    const group = await startGroup(setup);
+    const client = new Agent({ connections: CALLS });
+    try {
+      const started = performance.now();
+      const statuses = await Promise.all(
+        Array.from({ length: CALLS }, async (_, index) => {
+          const response = await request(`${group.rpcOrigin}/eth/v3/${setup.secret}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: rpcCall('eth_chainId', [], index), dispatcher: client });
+          await response.body.text();
+          return response.statusCode;
+        }),
+      );
+      const elapsedS = (performance.now() - started) / 1000;
+      await until(() => [...group.requestsByWorker().values()].reduce((sum, count) => sum + count, 0) === CALLS, 'a log line per call');
+      expect([...group.requestsByWorker().keys()].sort()).toStrictEqual([1, 2]);
+      const admitted = statuses.filter((status) => status === 200).length;
+      expect(admitted + statuses.filter((status) => status === 429).length).toBe(CALLS);
+      // One full bucket plus what it refilled while the burst lasted; a bucket per worker would
+      // admit one call per worker at once.
+      console.log(`rate limit over 2 workers: ${admitted} of ${CALLS} admitted in ${elapsedS.toFixed(2)} s`);
+      expect(admitted).toBeGreaterThanOrEqual(1);
+      expect(admitted).toBeLessThanOrEqual(1 + Math.floor(elapsedS));
+      expect(readGroupLedger(setup.db).usageCredits).toBe(admitted * CHAIN_ID_COST);
+    } finally {
+      await client.destroy();
+    }
+  }, 60_000);
+});

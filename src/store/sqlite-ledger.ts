@@ -17,8 +17,9 @@ import type { UsageRow } from './types.js';
  * restart can refund those of a process that died.
  * Invariant: team_days.used = Σ usage.credits + Σ reservations.cost for that team and day.
  *
- * The credits-per-second buckets are in process memory with this driver: with several processes
- * on one host each enforces the limit on its own traffic (the Redis driver shares it).
+ * The credits-per-second buckets (`rate_buckets`) are read and written in the same transaction,
+ * so the processes of one host on one file (the workers of `serve --workers N`) draw from one
+ * bucket per team, as replicas do on Redis. Only teams with a limit have a row.
  */
 
 export interface SqliteLedger extends Ledger {
@@ -37,7 +38,6 @@ interface ReservationRow {
 
 export function createSqliteLedger(db: Database.Database, options: { now: () => number }): SqliteLedger {
   const owner = PROCESS_OWNER_TAG;
-  const buckets = new Map<string, Bucket>();
   const statements = {
     teamUsed: db.prepare<[string, string], { used: number }>('SELECT used FROM team_days WHERE team_id = ? AND day = ?'),
     keyUsed: db.prepare<[string, string], { used: number }>('SELECT used FROM key_days WHERE key_id = ? AND day = ?'),
@@ -64,12 +64,16 @@ export function createSqliteLedger(db: Database.Database, options: { now: () => 
     reservationOwners: db.prepare<[], { owner: string }>('SELECT DISTINCT owner FROM reservations'),
     reservationsOfOwner: db.prepare<[string], { id: string }>('SELECT id FROM reservations WHERE owner = ?'),
     reservationsOlderThan: db.prepare<[number], { id: string }>('SELECT id FROM reservations WHERE created_at < ?'),
+    bucket: db.prepare<[string], Bucket>('SELECT tokens, at FROM rate_buckets WHERE team_id = ?'),
+    writeBucket: db.prepare<[string, number, number]>(
+      'INSERT INTO rate_buckets (team_id, tokens, at) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET tokens = excluded.tokens, at = excluded.at',
+    ),
   };
 
   const counters: LedgerCounters = {
     teamUsed: (teamId, day) => statements.teamUsed.get(teamId, day)?.used ?? 0,
     keyUsed: (keyId, day) => statements.keyUsed.get(keyId, day)?.used ?? 0,
-    bucket: (teamId) => buckets.get(teamId),
+    bucket: (teamId) => statements.bucket.get(teamId),
     // Only a settle or refund reads a reservation, and either ends it: taking the row out as it
     // is read saves a statement per call, in the same transaction as the rest of the batch.
     reservation(id) {
@@ -87,6 +91,7 @@ export function createSqliteLedger(db: Database.Database, options: { now: () => 
       statements.addUsage.run(row.teamId, row.keyId, row.day, row.network, row.method, row.credits, row.requests);
       statements.addHour.run(row.teamId, row.keyId, row.day, usageHour(row.day, options.now()), row.credits, row.requests);
     }
+    for (const bucket of deltas.buckets) statements.writeBucket.run(bucket.teamId, bucket.tokens, bucket.at);
     for (const row of deltas.reserved) statements.insertReservation.run(row.id, owner, row.teamId, row.keyId, row.day, row.network, row.method, row.cost, row.createdAt);
   }
 
@@ -109,9 +114,7 @@ export function createSqliteLedger(db: Database.Database, options: { now: () => 
 
   return {
     async applyLedger(ops) {
-      const { results, deltas } = applyBatch.immediate(ops);
-      // Memory follows the database only once the transaction committed.
-      for (const { teamId, tokens, at } of deltas.buckets) buckets.set(teamId, { tokens, at });
+      const { results } = applyBatch.immediate(ops);
       return typedResults(ops, results);
     },
     async recoverReservations(olderThanMs) {

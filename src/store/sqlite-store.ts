@@ -80,6 +80,11 @@ CREATE TABLE IF NOT EXISTS usage_hours (
   requests INTEGER NOT NULL,
   PRIMARY KEY (team_id, day, key_id, hour)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS rate_buckets (
+  team_id TEXT PRIMARY KEY,
+  tokens REAL NOT NULL,
+  at INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS reservations (
   id TEXT PRIMARY KEY,
   owner TEXT NOT NULL,

@@ -33,10 +33,11 @@ export interface GroupSetup {
   cleanUp(): void;
 }
 
-export async function setUpGroup(options: { workers: number; dailyCredits: number }): Promise<GroupSetup> {
+export async function setUpGroup(options: { workers: number; dailyCredits: number; creditsPerSecond?: number }): Promise<GroupSetup> {
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-workers-'));
   const db = join(dir, 'gw.db');
-  const team = await tollgateCli(db, 'teams', 'create', 'group', '--daily-credits', String(options.dailyCredits));
+  const rate = options.creditsPerSecond === undefined ? [] : ['--credits-per-second', String(options.creditsPerSecond)];
+  const team = await tollgateCli(db, 'teams', 'create', 'group', '--daily-credits', String(options.dailyCredits), ...rate);
   const key = await tollgateCli(db, 'keys', 'create', '--team', 'group');
   const configFile = join(dir, 'gw.yaml');
   const writeConfig = (networks: unknown[], extra: Record<string, unknown> = {}) =>
