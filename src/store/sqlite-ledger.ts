@@ -22,6 +22,9 @@ import type { UsageRow } from './types.js';
  * bucket per team, as replicas do on Redis. Only teams with a limit have a row.
  */
 
+/** How long a ledger batch waits for another process's write lock before it fails (as `busy_timeout`). */
+const LOCK_WAIT_LIMIT_MS = 5_000;
+
 export interface SqliteLedger extends Ledger {
   /** Adds a snapshot's usage rows and the day totals they make up; runs inside the caller's transaction. */
   importUsage(rows: readonly UsageRow[]): void;
@@ -102,6 +105,74 @@ export function createSqliteLedger(db: Database.Database, options: { now: () => 
   }
   const applyBatch = db.transaction(decideAndCommit);
 
+  // Another process on the file (a sibling worker) may hold the write lock. SQLite's busy handler
+  // would wait for it by sleeping on this thread (1, 2, 5, 10 ms...), stalling every request of
+  // the worker; instead a batch that finds the lock taken waits on the event loop, and the batches
+  // that arrive meanwhile join it, so contention makes fewer, larger transactions.
+  const busyTimeoutOff = db.prepare('PRAGMA busy_timeout = 0');
+  const busyTimeoutOn = db.prepare(`PRAGMA busy_timeout = ${LOCK_WAIT_LIMIT_MS}`);
+  let waiting: Array<{ ops: readonly LedgerOp[]; resolve(decision: LedgerDecision): void; reject(error: unknown): void }> = [];
+  let waitingSince = 0;
+  let attempts = 0;
+
+  /** The batch applied, or undefined when another connection holds the write lock. */
+  function tryApply(ops: readonly LedgerOp[]): LedgerDecision | undefined {
+    busyTimeoutOff.get();
+    try {
+      return applyBatch.immediate(ops);
+    } catch (error) {
+      if ((error as { code?: string }).code === 'SQLITE_BUSY') return undefined;
+      throw error;
+    } finally {
+      busyTimeoutOn.get();
+    }
+  }
+
+  function retryWaiting(): void {
+    const batches = waiting;
+    let decision: LedgerDecision | undefined;
+    try {
+      decision = tryApply(batches.flatMap((batch) => batch.ops));
+    } catch (error) {
+      waiting = [];
+      for (const batch of batches) batch.reject(error);
+      return;
+    }
+    if (decision === undefined) {
+      if (performance.now() - waitingSince < LOCK_WAIT_LIMIT_MS) return scheduleRetry();
+      waiting = [];
+      const error = new Error(`the SQLite database stayed locked by another process for ${LOCK_WAIT_LIMIT_MS} ms`);
+      for (const batch of batches) batch.reject(error);
+      return;
+    }
+    waiting = [];
+    let offset = 0;
+    for (const batch of batches) {
+      const results = decision.results.slice(offset, offset + batch.ops.length);
+      offset += batch.ops.length;
+      batch.resolve({ ...decision, results });
+    }
+  }
+
+  function scheduleRetry(): void {
+    attempts += 1;
+    // The lock is usually held for one transaction (tens of µs): retry at the next turn first,
+    // then every millisecond so a long holder does not keep this thread spinning.
+    if (attempts <= 20) setImmediate(retryWaiting);
+    else setTimeout(retryWaiting, 1);
+  }
+
+  function apply(ops: readonly LedgerOp[]): LedgerDecision | Promise<LedgerDecision> {
+    if (waiting.length === 0) {
+      const decision = tryApply(ops);
+      if (decision !== undefined) return decision;
+      waitingSince = performance.now();
+      attempts = 0;
+      scheduleRetry();
+    }
+    return new Promise((resolve, reject) => waiting.push({ ops, resolve, reject }));
+  }
+
   const recover = db.transaction((olderThanMs: number): number => {
     const ids = new Set<string>();
     for (const { owner: other } of statements.reservationOwners.all()) {
@@ -114,7 +185,7 @@ export function createSqliteLedger(db: Database.Database, options: { now: () => 
 
   return {
     async applyLedger(ops) {
-      const { results } = applyBatch.immediate(ops);
+      const { results } = await apply(ops);
       return typedResults(ops, results);
     },
     async recoverReservations(olderThanMs) {
