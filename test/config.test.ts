@@ -9,6 +9,8 @@ import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfigFile, parseConfig } from '../src/config/load.js';
+import { resolveWorkerCount } from '../src/cluster/worker-group.js';
+import { availableParallelism } from 'node:os';
 
 const EXAMPLE = join(process.cwd(), 'config', 'gateway.example.yaml');
 
@@ -197,5 +199,21 @@ describe('schema rules', () => {
     expect(network.methods).toEqual({});
     expect(network.upstreams[0]).toMatchObject({ params: 'named', timeoutMs: 5_000, headers: {} });
     expect(Object.isFrozen(network.upstreams[0])).toBe(true);
+  });
+
+  it('server.workers is a count or auto (the cores available), default 1', () => {
+    expect(parseConfig(minimal(), {}).server.workers).toBe(1);
+    for (const workers of [2, 'auto'] as const) {
+      const config = minimal();
+      config.server = { workers };
+      expect(parseConfig(config, {}).server.workers).toBe(workers);
+    }
+    expect(resolveWorkerCount('auto')).toBe(availableParallelism());
+    expect(resolveWorkerCount(3)).toBe(3);
+    for (const workers of [0, 2.5, 'all']) {
+      const config = minimal();
+      config.server = { workers };
+      expect(configError(() => parseConfig(config, {}))).toContain('server.workers');
+    }
   });
 });

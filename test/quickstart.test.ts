@@ -10,6 +10,7 @@ import { request } from 'undici';
 import { WebSocket } from '../src/websocket/ws-library.js';
 import { createPublicClient, http } from 'viem';
 import { readyText } from '../src/devnet/devnet.js';
+import { until } from './helpers/until.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { CLI, ROOT, ensureBuilt } from './helpers/build.js';
 
@@ -276,6 +277,29 @@ describe('npm start', () => {
       EXIT_TIMEOUT_MS,
       'anvil and the gateway stopping after npm start was interrupted',
     );
+    expect(await answers(devnet.info.evmUrl)).toBe(false);
+  });
+
+  it('npm start -- --workers 2: the same devnet served by two gateway workers, stopped together by Ctrl-C', async () => {
+    const dataDir = join(tempDir(), 'npm-workers-data');
+    const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+    const devnet = await startDevnet(npm, ['start', '--', '--json', '--port', '0', '--data-dir', dataDir, '--workers', '2'], { firstLineOnly: false, detached: true });
+    assertDevnetLine(devnet.info);
+    await exerciseDevnet(devnet.info);
+    const info = devnet.info as unknown as { adminUrl: string; adminToken: string };
+    const metrics = await (await fetch(`${info.adminUrl}/metrics`, { headers: { authorization: `Bearer ${info.adminToken}` } })).text();
+    expect(metrics).toMatch(/^tollgate_workers 2$/m);
+    // The workers log to stderr like the devnet's gateway: stdout holds npm's banner and the one line.
+    const other = devnet
+      .stdout()
+      .split('\n')
+      .filter((line) => line.trim() !== '' && line !== devnet.line && !line.startsWith('> '));
+    expect(other).toEqual([]);
+    expect(devnet.stderr()).toContain('"worker":2');
+
+    signalChild(devnet.child, 'SIGINT');
+    await withTimeout(devnet.exited, EXIT_TIMEOUT_MS, 'npm exit after SIGINT');
+    await until(async () => !(await answers(devnet.info.evmUpstreamUrl)) && !(await answers(devnet.info.evmUrl)), 'anvil and the gateway workers stopping after npm start was interrupted', EXIT_TIMEOUT_MS);
     expect(await answers(devnet.info.evmUrl)).toBe(false);
   });
 
