@@ -95,6 +95,8 @@ export function runWrk(options: {
   timeoutS: number;
   /** Request headers besides Content-Type (an `Origin`, say). */
   headers?: Record<string, string>;
+  /** Run wrk on these cores only (`taskset -c`), apart from the server measured. */
+  pin?: string;
 }): Promise<WrkRound> {
   const args = [
     ...Object.entries(options.headers ?? {}).flatMap(([name, value]) => ['-H', `${name}: ${value}`]),
@@ -108,7 +110,8 @@ export function runWrk(options: {
     options.url,
   ];
   return new Promise((resolve, reject) => {
-    execFile(wrkPath ?? 'wrk', args, { env: { ...process.env, BENCH_BODY_FILE: options.bodyFile }, maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => {
+    const [command, commandArgs] = options.pin === undefined ? [wrkPath ?? 'wrk', args] : ['taskset', ['-c', options.pin, wrkPath ?? 'wrk', ...args]];
+    execFile(command, commandArgs, { env: { ...process.env, BENCH_BODY_FILE: options.bodyFile }, maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => {
       if (error !== null) return reject(new Error(`wrk ${args.join(' ')} failed: ${error.message}\n${stderr}`));
       const line = stdout.split('\n').find((candidate) => candidate.startsWith('WRK-JSON '));
       if (line === undefined) return reject(new Error(`wrk printed no result line:\n${stdout}\n${stderr}`));

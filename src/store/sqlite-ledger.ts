@@ -156,9 +156,9 @@ export function createSqliteLedger(db: Database.Database, options: { now: () => 
 
   function scheduleRetry(): void {
     attempts += 1;
-    // The lock is usually held for one transaction (tens of µs): retry at the next turn first,
-    // then every millisecond so a long holder does not keep this thread spinning.
-    if (attempts <= 20) setImmediate(retryWaiting);
+    // The lock is usually held for one transaction (tens of µs): retry at the next turns first,
+    // then every millisecond so a holder that is slow (or descheduled) does not keep this thread spinning.
+    if (attempts <= 3) setImmediate(retryWaiting);
     else setTimeout(retryWaiting, 1);
   }
 
