@@ -299,3 +299,39 @@ describe('signals reach every worker', () => {
     expect((await group.stop('SIGTERM')).code).toBe(0);
   }, 90_000);
 });
+
+describe('the admin API and the portal of a 2-worker group', () => {
+  it('a key revoked through the primary stops working on every worker at once (not after auth.keyCacheTtlMs); the portal is served', async () => {
+    const setup = await groupSetup([evmNetwork('eth', anvil.node.url)]);
+    // Long enough that only the primary's message can explain a refusal within the test.
+    setup.writeConfig([evmNetwork('eth', anvil.node.url)], { auth: { keyCacheTtlMs: 600_000 }, portal: { enabled: true, host: '127.0.0.1', port: 0 } });
+    const group = await startGroup(setup);
+    const statuses = async (): Promise<number[]> => {
+      const client = new Agent({ connections: 8 });
+      try {
+        return await Promise.all(
+          Array.from({ length: 8 }, async (_, index) => {
+            const response = await request(`${group.rpcOrigin}/eth/v3/${setup.secret}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: rpcCall('eth_chainId', [], index), dispatcher: client });
+            await response.body.text();
+            return response.statusCode;
+          }),
+        );
+      } finally {
+        await client.destroy();
+      }
+    };
+    // Every worker has the key cached.
+    expect(await statuses()).toStrictEqual(Array(8).fill(200));
+    await until(() => group.requestsByWorker().size === 2, 'both workers served the key');
+
+    const revoked = await group.admin(`/v1/keys/${setup.keyId}/revoke`, { method: 'POST' });
+    expect(revoked.status).toBe(200);
+    await until(async () => (await statuses()).every((status) => status === 401), 'the key refused on every connection');
+    expect(await statuses()).toStrictEqual(Array(8).fill(401));
+
+    // The portal listens once, in the primary.
+    expect(group.portalOrigin).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect((await fetch(`${group.portalOrigin}/`)).status).toBe(200);
+    expect((await group.stop('SIGTERM')).code).toBe(0);
+  }, 90_000);
+});
