@@ -2,7 +2,7 @@
  * Import rules checked by `npm run lint` (dependency-cruiser). Type-only imports count: a cycle of
  * types still ties the modules together (neither can be understood, moved or tested alone).
  */
-module.exports = {
+export default {
   forbidden: [
     {
       name: 'no-circular',
