@@ -18,6 +18,7 @@ import { startScriptedUpstream, type ScriptedUpstream } from './helpers/scripted
 import { ensureBuilt } from './helpers/build.js';
 import { setUpGroup, startGroup, type RunningGroup } from './helpers/worker-group.js';
 import { openStore, type UsageQuery, type UsageRow } from '../src/store/index.js';
+import { until } from './helpers/until.js';
 
 const anvil = useSeededAnvil({}, { blocks: 2, txPerBlock: 1 });
 
@@ -173,14 +174,6 @@ function delta(before: Record<string, { credits: number; requests: number }>, af
     if (value.requests !== was.requests || value.credits !== was.credits) out[method] = { credits: value.credits - was.credits, requests: value.requests - was.requests };
   }
   return out;
-}
-
-async function until(condition: () => boolean, what: string, timeoutMs = 15_000): Promise<void> {
-  const giveUpAt = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > giveUpAt) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
 }
 
 /** Mines a block on anvil directly: dev-node controls are denied on the gateway. */
