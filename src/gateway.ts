@@ -6,7 +6,7 @@ import { createAdminHandler, adminApiRoutes } from './admin/admin-server.js';
 import { createAdminService } from './admin/admin-service.js';
 import { createAuthenticator } from './auth/authenticator.js';
 import { compileKeyPolicy, createJwtCache } from './auth/key-policy.js';
-import { createBlockCache, createDisabledBlockCache } from './cache/block-cache.js';
+import { createResponseCacheFor } from './cache/cache-setup.js';
 import { collectConfigSecrets } from './config/secrets.js';
 import { createLogger, logScrubber, type Logger } from './logging/logger.js';
 import { createMeter } from './metering/meter.js';
@@ -140,10 +140,8 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
   });
   const selfService = createSelfService(config, store, { now, logger, metrics, webhookSleep: options.webhookSleep, defaultRotationGraceMs: config.auth.rotationGraceMs });
   const meter = createMeter(selfService.watchLedger(store), { now });
-  const cache =
-    config.cache.maxBytes > 0
-      ? createBlockCache({ maxBytes: config.cache.maxBytes, onEvict: () => metrics.cacheEvictions.inc() })
-      : createDisabledBlockCache();
+  const cache = createResponseCacheFor(config.cache, { now, logger, metrics });
+  await cache.connected();
 
   // Filter ids are checked with one secret on every replica (docs/routing.md#filters).
   const filterIds = createFilterIds(config.filters.idSecret ?? (await store.sharedSecret(FILTER_ID_SECRET, randomBytes(32).toString('hex'))));
@@ -151,6 +149,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     buildNetworkSet(source, {
       now,
       filterIds,
+      onFinalized: (network, _upstream, header, fetchHeader) => cache.chain(network).observe(header, fetchHeader),
       observe: {
         attempt(network, upstream, outcome) {
           const label = outcome.kind === 'failure' ? outcome.reason : outcome.kind === 'result' ? 'result' : 'rpc_error';
@@ -184,7 +183,8 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
         metrics.storeErrors.inc();
         if (shouldLogStoreError()) logger.error({ err: error }, 'the store is unreachable; answering per the store failure policy');
       },
-      onCacheLookup: (network, hit) => metrics.cacheLookups.add(1, network, hit ? 'hit' : 'miss'),
+      onCacheLookup: (network, hit) => metrics.cacheLookups.add(1, network, 'eth_getBlockByHash', 'memory', hit ? 'hit' : 'miss'),
+      onUpstreamCallSaved: (network, method, reason) => metrics.cacheCallsSaved.add(1, network, method, reason),
   });
   const calls = createCallDispatcher({ executor, logger });
   const rpcHandler = createRpcHandler({
@@ -306,6 +306,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
       await meter.flush();
       meter.close();
       await networkSets.closeAll();
+      await cache.close();
       if (ownsStore) await store.close();
     })();
     return closing;

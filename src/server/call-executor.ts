@@ -1,8 +1,10 @@
 import { GatewayError } from '../errors.js';
 import { errorReply, type IdText, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
 import type { PreparedCall } from '../methods/registry.js';
-import { dehydrateBlock, type BlockCache } from '../cache/block-cache.js';
+import { dehydrateBlock } from '../cache/block-cache.js';
+import type { CachePlan, CacheTier, ChainReader, ResponseCache, ServingFinality } from '../cache/response-cache.js';
 import { createSingleFlight } from '../cache/single-flight.js';
+import { headerOf } from '../routing/finality-probe.js';
 import type { Meter } from '../metering/meter.js';
 import { nextUtcMidnight, utcDay } from '../metering/meter.js';
 import type { ForwardOutcome } from '../routing/forward.js';
@@ -47,7 +49,7 @@ export interface CallExecutor {
 
 export interface CallExecutorDeps {
   meter: Meter;
-  cache: BlockCache;
+  cache: ResponseCache;
   now: () => number;
   /**
    * When the store cannot be reached: false answers `-32603` (HTTP 503) and charges nothing;
@@ -55,7 +57,10 @@ export interface CallExecutorDeps {
    */
   failOpen: boolean;
   onStoreError?: (error: unknown) => void;
+  /** An `eth_getBlockByHash` lookup (the response cache reports the others itself). */
   onCacheLookup?: (network: string, hit: boolean) => void;
+  /** An upstream call a call did not need: answered from a tier, or shared with an identical call in flight. */
+  onUpstreamCallSaved?: (network: string, method: string, reason: CacheTier | 'coalesced') => void;
 }
 
 /** A bug met while handling one call: that call's `-32603`, with the error kept as the cause for the log. */
@@ -99,7 +104,21 @@ export function refusal(result: LedgerRefusal, subject: ChargeSubject, nowMs: nu
 type Answer =
   /** `block`: the parsed, verified block of an `eth_getBlockByHash` answer. */
   | { kind: 'result'; bytes: string | Buffer; upstream: string; attempts: ForwardOutcome['attempts']; block?: unknown }
+  /** Answered by the shared tier of the cache, after the reservation was made. */
+  | { kind: 'cached'; bytes: Buffer; attempts: [] }
   | Exclude<ForwardOutcome, { kind: 'result' }>;
+
+const NO_FINALITY: ServingFinality = { head: undefined, finalized: undefined };
+
+/** The highest finalized block the probes know on a network: what a `finalized` tag is resolved to. */
+function finalizedOf(network: NetworkRuntime): number | undefined {
+  let highest: number | undefined;
+  for (const upstream of network.forwarder.upstreams) {
+    const finalized = upstream.health.finalized;
+    if (finalized !== undefined && (highest === undefined || finalized > highest)) highest = finalized;
+  }
+  return highest;
+}
 
 function serialised(outcome: ForwardOutcome): Answer {
   if (outcome.kind !== 'result') return outcome;
@@ -109,6 +128,65 @@ function serialised(outcome: ForwardOutcome): Answer {
 export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   const { meter, cache, now } = deps;
   const blockFlights = createSingleFlight<Answer>(now);
+  const callFlights = createSingleFlight<Answer>(now);
+  const timedOut = (): Answer => ({
+    kind: 'failed',
+    error: new GatewayError('TG_ERR_UPSTREAMS_TIMED_OUT', undefined, { attempts: [] }),
+    attempts: [],
+  });
+
+  /** The chain as the cache reads it on one network: verified headers and blocks, through the gateway's own paths. */
+  function readerOf(network: NetworkRuntime): ChainReader {
+    return {
+      async header(number) {
+        const call = network.methods.prepare('eth_getBlockByNumber', [`0x${number.toString(16)}`, false]);
+        return headerOf(await network.forwarder.forward(call, now() + network.config.requestTimeoutMs));
+      },
+      async block(hash) {
+        const cached = cache.blocks.get(network.config.id, hash, true);
+        if (cached !== undefined) return JSON.parse(cached.toString('utf8'));
+        const call = network.methods.prepare('eth_getBlockByHash', [hash, true]);
+        const answer = await forward(call, network, now() + network.config.requestTimeoutMs, '');
+        return answer.kind === 'result' ? (answer.block ?? JSON.parse(answer.bytes.toString())) : undefined;
+      },
+      async transaction(hash) {
+        const call = network.methods.prepare('eth_getTransactionByHash', [hash]);
+        const outcome = await network.forwarder.forward(call, now() + network.config.requestTimeoutMs);
+        return outcome.kind === 'result' ? JSON.parse(outcome.resultBytes.toString('utf8')) : undefined;
+      },
+    };
+  }
+
+  /** A pass-through call through the response cache: shared tier, then one upstream call shared by identical calls in flight. */
+  async function forwardCached(call: Extract<PreparedCall, { kind: 'pass-through' }>, plan: CachePlan, network: NetworkRuntime, deadline: number, keyId: string, readCache: boolean): Promise<Answer> {
+    const sent = plan.params === call.params ? call : { ...call, params: plan.params };
+    const run = async (): Promise<Answer> => {
+      const outcome = await cache.through(plan, readerOf(network), { memory: false, shared: readCache }, async () => {
+        const forwarded = await network.forwarder.forward(sent, deadline, { keyId });
+        const finality = forwarded.kind === 'result' ? network.forwarder.finalityOf(forwarded.upstream) : NO_FINALITY;
+        return { answer: serialised(forwarded), bytes: forwarded.kind === 'result' ? forwarded.resultBytes : undefined, finality };
+      });
+      if ('hit' in outcome) {
+        deps.onUpstreamCallSaved?.(network.config.id, plan.method, outcome.tier);
+        return { kind: 'cached', bytes: outcome.hit, attempts: [] };
+      }
+      const { answer, bytes } = outcome.fetched;
+      return answer.kind === 'result' && bytes !== undefined ? { ...answer, bytes } : answer;
+    };
+    if (!plan.coalesce) return run();
+    let led = false;
+    const answer = await callFlights.run(
+      readCache ? plan.key : `${plan.key}\u0001fresh`,
+      () => {
+        led = true;
+        return run();
+      },
+      deadline,
+      timedOut,
+    );
+    if (!led && answer.kind !== 'failed') deps.onUpstreamCallSaved?.(network.config.id, plan.method, 'coalesced');
+    return answer;
+  }
 
   function recordCharge(ctx: RequestContext, method: string, charged: number, result: LedgerResult): void {
     ctx.creditsCharged += charged;
@@ -135,7 +213,8 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   const storeUnavailable = (id: IdText): Reply => errorReply(id, new GatewayError('TG_ERR_STORE_UNAVAILABLE'));
   const none = (reply: Reply): PendingReply => ({ ledger: 'none', reply });
 
-  async function forward(call: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string): Promise<Answer> {
+  async function forward(call: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string, plan?: CachePlan, readCache = true): Promise<Answer> {
+    if (plan !== undefined && call.kind === 'pass-through') return forwardCached(call, plan, network, deadline, keyId, readCache);
     // The key makes the call: filter ids are bound to it.
     if (call.kind !== 'block') return serialised(await network.forwarder.forward(call, deadline, { keyId }));
     const { hash, hydrated } = call.query;
@@ -149,15 +228,11 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
         // Only verified blocks reach this point (the forwarder's result check rejected the rest).
         if (outcome.kind !== 'result' || outcome.result === null) return serialised(outcome);
         // A copy: the bytes are a view into the whole upstream response, which the cache must not keep.
-        cache.set(network.config.id, hash, call.fetchHydrated, Buffer.from(outcome.resultBytes));
+        cache.blocks.set(network.config.id, hash, call.fetchHydrated, Buffer.from(outcome.resultBytes));
         return { ...serialised(outcome), block: outcome.result };
       },
       deadline,
-      () => ({
-        kind: 'failed',
-        error: new GatewayError('TG_ERR_UPSTREAMS_TIMED_OUT', undefined, { attempts: [] }),
-        attempts: [],
-      }),
+      timedOut,
     );
     if (answer.kind !== 'result' || hydrated || !call.fetchHydrated || answer.block === undefined) return answer;
     // The full block was fetched to verify it; the client asked for transaction hashes.
@@ -176,12 +251,32 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     const subject = subjectOf(call, network, auth, now());
     if (call.kind === 'local') return { ledger: 'charge', reply: { id: item.id, result: JSON.stringify(call.result) }, subject };
     if (call.kind === 'block') {
-      const cached = cache.get(network.config.id, call.query.hash, call.query.hydrated);
-      deps.onCacheLookup?.(network.config.id, cached !== undefined);
-      ctx.cache = cached === undefined ? 'miss' : 'hit';
-      if (cached !== undefined) return { ledger: 'charge', reply: { id: item.id, result: cached }, subject };
+      if (ctx.skipCacheRead) {
+        ctx.cache = 'bypass';
+      } else {
+        const cached = cache.blocks.get(network.config.id, call.query.hash, call.query.hydrated);
+        deps.onCacheLookup?.(network.config.id, cached !== undefined);
+        ctx.cache = cached === undefined ? 'miss' : 'hit';
+        if (cached !== undefined) {
+          deps.onUpstreamCallSaved?.(network.config.id, call.method, 'memory');
+          return { ledger: 'charge', reply: { id: item.id, result: cached }, subject };
+        }
+      }
     }
-    return forwardAndHold(item, call, network, subject, ctx, deadline);
+    let plan: CachePlan | undefined;
+    if (call.kind === 'pass-through') {
+      plan = cache.plan(network.config, call.method, call.params, finalizedOf(network));
+      if (plan !== undefined) {
+        const cached = plan.storable && !ctx.skipCacheRead ? cache.hit(plan) : undefined;
+        if (cached !== undefined) {
+          ctx.cache = 'hit';
+          deps.onUpstreamCallSaved?.(network.config.id, call.method, 'memory');
+          return { ledger: 'charge', reply: { id: item.id, result: cached }, subject };
+        }
+        ctx.cache = ctx.skipCacheRead ? 'bypass' : 'miss';
+      }
+    }
+    return forwardAndHold(item, call, network, subject, ctx, deadline, plan);
   }
 
   /** Gives a reservation back (now, or once the store answers again). */
@@ -203,6 +298,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     subject: ChargeSubject,
     ctx: RequestContext,
     deadline: number,
+    plan: CachePlan | undefined,
   ): Promise<PendingReply> {
     const reservationId = meter.newReservationId();
     const reserved = await ledger(meter.reserve(reservationId, subject));
@@ -216,7 +312,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     }
     let outcome: Answer;
     try {
-      outcome = await forward(call, network, deadline, subject.keyId);
+      outcome = await forward(call, network, deadline, subject.keyId, plan, !ctx.skipCacheRead);
     } catch (error) {
       // A bug on the way upstream (params no serialiser can take, say): this call alone fails, its credits go back.
       if (reserved !== undefined) await refund(reservationId, subject, ctx);
@@ -227,7 +323,8 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
       if (reserved !== undefined) await refund(reservationId, subject, ctx);
       return none(errorReply(item.id, outcome.error));
     }
-    ctx.upstream = outcome.upstream;
+    if (outcome.kind === 'cached') ctx.cache = 'hit';
+    else ctx.upstream = outcome.upstream;
     if (outcome.kind === 'rpc-error' && outcome.error.code === METHOD_NOT_FOUND) {
       // The upstream does not know the method: not offered after all, and unknown methods cost nothing.
       if (reserved !== undefined) await refund(reservationId, subject, ctx);
