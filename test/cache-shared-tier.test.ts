@@ -52,6 +52,9 @@ function workload(): Array<[string, unknown[]]> {
     ['eth_getLogs', [{ fromBlock: hex(bumps[0]!.block), toBlock: hex(bumps[2]!.block), address: counter.address }]],
     // Large enough to be compressed in Redis (over 1 KiB).
     ['eth_getBlockReceipts', [hex(bumps[2]!.block)]],
+    // Blocks by hash, verified once by whoever fetched them.
+    ['eth_getBlockByHash', [anvil.seed.blocksWithTransactions[0]!, false]],
+    ['eth_getBlockByHash', [anvil.seed.blocksWithTransactions[0]!, true]],
   ];
 }
 

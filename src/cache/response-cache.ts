@@ -60,6 +60,10 @@ export interface ResponseCache {
   hit(plan: CachePlan): Buffer | undefined;
   /** A shared-tier hit (after an in-process miss); never throws. */
   sharedHit(plan: CachePlan, reader: ChainReader): Promise<Buffer | undefined>;
+  /** A block by hash from the shared tier (its forms are kept by the fetched `hydrated` flag). */
+  sharedBlock(network: string, hash: string, hydrated: boolean): Promise<Buffer | undefined>;
+  /** Shares a verified block by hash (the in-process block cache has it already). */
+  shareBlock(network: string, hash: string, hydrated: boolean, bytes: Buffer): void;
   /** Keeps an answer if the rules allow; returns the bytes to answer with (a realtime head never goes backwards). */
   admit(plan: CachePlan, bytes: Buffer, finality: ServingFinality, reader: ChainReader): Promise<Buffer>;
   /**
@@ -268,8 +272,19 @@ export function createResponseCache(deps: { memory: MemoryTier; shared?: SharedT
     return answer;
   }
 
+  const blockKey = (network: string, hash: string, hydrated: boolean): string => sharedKey(cacheKey(network, 'eth_getBlockByHash', `["${hash}",${hydrated}]`));
+
   return {
     blocks: memory.blocks,
+    async sharedBlock(network, hash, hydrated) {
+      if (shared === undefined) return undefined;
+      const answer = await shared.get(blockKey(network, hash, hydrated));
+      observe?.lookup?.(network, 'eth_getBlockByHash', 'shared', answer !== undefined);
+      return answer?.bytes;
+    },
+    shareBlock(network, hash, hydrated, bytes) {
+      if (shared?.set(blockKey(network, hash, hydrated), { bytes })) observe?.stored?.(network, 'eth_getBlockByHash', 'shared', bytes.length);
+    },
     chain,
     plan,
     hit,

@@ -224,18 +224,29 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     const answer = await blockFlights.run(
       key,
       async () => {
+        // Another replica (or this process before a restart) may have fetched it.
+        const shared = readCache ? await cache.sharedBlock(network.config.id, hash, call.fetchHydrated) : undefined;
+        if (shared !== undefined) {
+          cache.blocks.set(network.config.id, hash, call.fetchHydrated, shared);
+          deps.onUpstreamCallSaved?.(network.config.id, call.method, 'shared');
+          return { kind: 'cached', bytes: shared, attempts: [] };
+        }
         const outcome = await network.forwarder.forward(call, deadline);
         // Only verified blocks reach this point (the forwarder's result check rejected the rest).
         if (outcome.kind !== 'result' || outcome.result === null) return serialised(outcome);
         // A copy: the bytes are a view into the whole upstream response, which the cache must not keep.
-        cache.blocks.set(network.config.id, hash, call.fetchHydrated, Buffer.from(outcome.resultBytes));
+        const bytes = Buffer.from(outcome.resultBytes);
+        cache.blocks.set(network.config.id, hash, call.fetchHydrated, bytes);
+        cache.shareBlock(network.config.id, hash, call.fetchHydrated, bytes);
         return { ...serialised(outcome), block: outcome.result };
       },
       deadline,
       timedOut,
     );
-    if (answer.kind !== 'result' || hydrated || !call.fetchHydrated || answer.block === undefined) return answer;
+    if (hydrated || !call.fetchHydrated) return answer;
     // The full block was fetched to verify it; the client asked for transaction hashes.
+    if (answer.kind === 'cached') return { ...answer, bytes: dehydrateBlock(JSON.parse(answer.bytes.toString('utf8'))) ?? answer.bytes };
+    if (answer.kind !== 'result' || answer.block === undefined) return answer;
     return { ...answer, bytes: dehydrateBlock(answer.block) ?? answer.bytes };
   }
 
