@@ -2,12 +2,11 @@ import { GatewayError } from '../errors.js';
 import { errorReply, type IdText, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
 import type { PreparedCall } from '../methods/registry.js';
 import { dehydrateBlock } from '../cache/block-cache.js';
-import type { CachePlan, CacheTier, ChainReader, ResponseCache, ServingFinality } from '../cache/response-cache.js';
+import type { CachePlan, CacheTier, ResponseCache } from '../cache/response-cache.js';
 import { createSingleFlight } from '../cache/single-flight.js';
-import { headerOf } from '../routing/finality-probe.js';
+import { createCachedCalls, finalizedOf, serialised, timedOutAnswer, type Answer } from './cached-calls.js';
 import type { Meter } from '../metering/meter.js';
 import { nextUtcMidnight, utcDay } from '../metering/meter.js';
-import type { ForwardOutcome } from '../routing/forward.js';
 import type { ChargeSubject, KeyWithTeam, LedgerRefusal, LedgerResult } from '../store/index.js';
 import type { RequestContext } from './context.js';
 import type { NetworkRuntime } from './network-runtime.js';
@@ -100,93 +99,15 @@ export function refusal(result: LedgerRefusal, subject: ChargeSubject, nowMs: nu
   );
 }
 
-/** A forwarded call's outcome with the result as bytes to splice (shared by single-flight followers). */
-type Answer =
-  /** `block`: the parsed, verified block of an `eth_getBlockByHash` answer. */
-  | { kind: 'result'; bytes: string | Buffer; upstream: string; attempts: ForwardOutcome['attempts']; block?: unknown }
-  /** Answered by the shared tier of the cache, after the reservation was made. */
-  | { kind: 'cached'; bytes: Buffer; attempts: [] }
-  | Exclude<ForwardOutcome, { kind: 'result' }>;
-
-const NO_FINALITY: ServingFinality = { head: undefined, finalized: undefined };
-
-/** The highest finalized block the probes know on a network: what a `finalized` tag is resolved to. */
-function finalizedOf(network: NetworkRuntime): number | undefined {
-  let highest: number | undefined;
-  for (const upstream of network.forwarder.upstreams) {
-    const finalized = upstream.health.finalized;
-    if (finalized !== undefined && (highest === undefined || finalized > highest)) highest = finalized;
-  }
-  return highest;
-}
-
-function serialised(outcome: ForwardOutcome): Answer {
-  if (outcome.kind !== 'result') return outcome;
-  return { kind: 'result', bytes: outcome.resultBytes, upstream: outcome.upstream, attempts: outcome.attempts };
-}
-
 export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   const { meter, cache, now } = deps;
   const blockFlights = createSingleFlight<Answer>(now);
-  const callFlights = createSingleFlight<Answer>(now);
-  const timedOut = (): Answer => ({
-    kind: 'failed',
-    error: new GatewayError('TG_ERR_UPSTREAMS_TIMED_OUT', undefined, { attempts: [] }),
-    attempts: [],
+  const cachedCalls = createCachedCalls({
+    cache,
+    now,
+    forwardBlock: (call, network, deadline) => forward(call, network, deadline, ''),
+    onUpstreamCallSaved: deps.onUpstreamCallSaved,
   });
-
-  /** The chain as the cache reads it on one network: verified headers and blocks, through the gateway's own paths. */
-  function readerOf(network: NetworkRuntime): ChainReader {
-    return {
-      async header(number) {
-        const call = network.methods.prepare('eth_getBlockByNumber', [`0x${number.toString(16)}`, false]);
-        return headerOf(await network.forwarder.forward(call, now() + network.config.requestTimeoutMs));
-      },
-      async block(hash) {
-        const cached = cache.blocks.get(network.config.id, hash, true);
-        if (cached !== undefined) return JSON.parse(cached.toString('utf8'));
-        const call = network.methods.prepare('eth_getBlockByHash', [hash, true]);
-        const answer = await forward(call, network, now() + network.config.requestTimeoutMs, '');
-        return answer.kind === 'result' ? (answer.block ?? JSON.parse(answer.bytes.toString())) : undefined;
-      },
-      async transaction(hash) {
-        const call = network.methods.prepare('eth_getTransactionByHash', [hash]);
-        const outcome = await network.forwarder.forward(call, now() + network.config.requestTimeoutMs);
-        return outcome.kind === 'result' ? JSON.parse(outcome.resultBytes.toString('utf8')) : undefined;
-      },
-    };
-  }
-
-  /** A pass-through call through the response cache: shared tier, then one upstream call shared by identical calls in flight. */
-  async function forwardCached(call: Extract<PreparedCall, { kind: 'pass-through' }>, plan: CachePlan, network: NetworkRuntime, deadline: number, keyId: string, readCache: boolean): Promise<Answer> {
-    const sent = plan.params === call.params ? call : { ...call, params: plan.params };
-    const run = async (): Promise<Answer> => {
-      const outcome = await cache.through(plan, readerOf(network), { memory: false, shared: readCache }, async () => {
-        const forwarded = await network.forwarder.forward(sent, deadline, { keyId });
-        const finality = forwarded.kind === 'result' ? network.forwarder.finalityOf(forwarded.upstream) : NO_FINALITY;
-        return { answer: serialised(forwarded), bytes: forwarded.kind === 'result' ? forwarded.resultBytes : undefined, finality };
-      });
-      if ('hit' in outcome) {
-        deps.onUpstreamCallSaved?.(network.config.id, plan.method, outcome.tier);
-        return { kind: 'cached', bytes: outcome.hit, attempts: [] };
-      }
-      const { answer, bytes } = outcome.fetched;
-      return answer.kind === 'result' && bytes !== undefined ? { ...answer, bytes } : answer;
-    };
-    if (!plan.coalesce) return run();
-    let led = false;
-    const answer = await callFlights.run(
-      readCache ? plan.key : `${plan.key}\u0001fresh`,
-      () => {
-        led = true;
-        return run();
-      },
-      deadline,
-      timedOut,
-    );
-    if (!led && answer.kind !== 'failed') deps.onUpstreamCallSaved?.(network.config.id, plan.method, 'coalesced');
-    return answer;
-  }
 
   function recordCharge(ctx: RequestContext, method: string, charged: number, result: LedgerResult): void {
     ctx.creditsCharged += charged;
@@ -214,7 +135,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   const none = (reply: Reply): PendingReply => ({ ledger: 'none', reply });
 
   async function forward(call: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string, plan?: CachePlan, readCache = true): Promise<Answer> {
-    if (plan !== undefined && call.kind === 'pass-through') return forwardCached(call, plan, network, deadline, keyId, readCache);
+    if (plan !== undefined && call.kind === 'pass-through') return cachedCalls.forward(call, plan, network, deadline, keyId, readCache);
     // The key makes the call: filter ids are bound to it.
     if (call.kind !== 'block') return serialised(await network.forwarder.forward(call, deadline, { keyId }));
     const { hash, hydrated } = call.query;
@@ -241,7 +162,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
         return { ...serialised(outcome), block: outcome.result };
       },
       deadline,
-      timedOut,
+      timedOutAnswer,
     );
     if (hydrated || !call.fetchHydrated) return answer;
     // The full block was fetched to verify it; the client asked for transaction hashes.
