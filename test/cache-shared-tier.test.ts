@@ -14,7 +14,7 @@ const anvil = useSeededAnvil({}, { blocks: 1, txPerBlock: 1 });
 const redis = useRedis();
 
 let counter: Counter;
-let bumps: Array<{ tx: string; block: number }>;
+let bumps: Array<{ tx: string; block: number; hash: string }>;
 const opened: Array<{ close(): Promise<void> }> = [];
 
 beforeAll(async () => {
@@ -22,7 +22,7 @@ beforeAll(async () => {
   bumps = [];
   for (let n = 0; n < 3; n += 1) {
     const { hash, receipt } = await counter.bump();
-    bumps.push({ tx: hash, block: Number.parseInt(receipt.blockNumber!, 16) });
+    bumps.push({ tx: hash, block: Number.parseInt(receipt.blockNumber!, 16), hash: receipt.blockHash! });
   }
   await mine(anvil.node.url, 70);
 }, 30_000);
@@ -54,7 +54,7 @@ function workload(): Array<[string, unknown[]]> {
     ['eth_getBlockReceipts', [hex(bumps[2]!.block)]],
     // Blocks by hash, verified once by whoever fetched them.
     ['eth_getBlockByHash', [anvil.seed.blocksWithTransactions[0]!, false]],
-    ['eth_getBlockByHash', [anvil.seed.blocksWithTransactions[0]!, true]],
+    ['eth_getBlockByHash', [bumps[2]!.hash, true]],
   ];
 }
 
