@@ -19,6 +19,7 @@ import { issueKey } from '../src/admin/key-issuer.js';
 import { directRpc } from './helpers/anvil.js';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
 import { startWsProxy, type WsProxy } from './helpers/ws-proxy.js';
+import { until } from './helpers/until.js';
 
 // anvil's first dev account (public test key of every anvil).
 const DEV_KEY = '0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80';
@@ -127,15 +128,6 @@ async function mine(node: AnvilNode, blocks = 1): Promise<void> {
   for (let index = 0; index < blocks; index += 1) await directRpc(node.url, 'evm_mine', []);
 }
 
-async function until(condition: () => boolean, timeoutMs = 10_000, what = 'condition', refresh?: () => Promise<void>): Promise<void> {
-  const started = Date.now();
-  for (;;) {
-    await refresh?.();
-    if (condition()) return;
-    if (Date.now() - started > timeoutMs) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
 
 /** `eth_subscribe` calls answered so far (their request log line is written once the answer is). */
 function subscriptionsConfirmed(gateway: TestGateway): number {
@@ -148,11 +140,11 @@ function subscriptionsConfirmed(gateway: TestGateway): number {
  * arrived before it. Returns the last block before the sentinel.
  */
 async function sentinelBlock(client: Client, headsId: string, ready?: () => boolean): Promise<number> {
-  if (ready !== undefined) await until(ready, 15_000, 'every event before the sentinel');
+  if (ready !== undefined) await until(ready, 'every event before the sentinel', 15_000);
   const last = Number(await directRpc(anvil.url, 'eth_blockNumber', []));
-  await until(() => client.messages.some((message) => message.params?.subscription === headsId && Number(message.params.result.number) === last), 15_000, `head ${last}`);
+  await until(() => client.messages.some((message) => message.params?.subscription === headsId && Number(message.params.result.number) === last), `head ${last}`, 15_000);
   await mine(anvil, 1);
-  await until(() => client.messages.some((message) => message.params?.subscription === headsId && Number(message.params.result.number) === last + 1), 15_000, 'the sentinel head');
+  await until(() => client.messages.some((message) => message.params?.subscription === headsId && Number(message.params.result.number) === last + 1), 'the sentinel head', 15_000);
   return last;
 }
 
@@ -247,7 +239,7 @@ describe('WebSocket endpoint: requests and clients', () => {
   it('answers 1,000 messages sent at once (reading pauses past 256 in progress and resumes)', async () => {
     const client = await openClient(wsUrl(gateway, 'eth'));
     for (let id = 0; id < 1_000; id += 1) client.ws.send(JSON.stringify({ jsonrpc: '2.0', id: `m${id}`, method: 'eth_blockNumber', params: [] }));
-    await until(() => client.messages.length >= 1_000, 20_000, 'every answer');
+    await until(() => client.messages.length >= 1_000, 'every answer', 20_000);
     expect(new Set(client.messages.map((message) => message.id)).size).toBe(1_000);
     expect(client.messages.every((message) => typeof message.result === 'string')).toBe(true);
     client.ws.close();
@@ -350,10 +342,10 @@ describe('WebSocket endpoint: requests and clients', () => {
     const stopBlocks = client.watchBlocks({ onBlock: (block) => blocks.push({ number: block.number!, hash: block.hash! }) });
     const stopLogs = client.watchContractEvent({ address, abi: [PING_EVENT], eventName: 'Ping', onLogs: (found) => logs.push(...(found as any[])) });
     // Both eth_subscribe answered (the request log line follows the answer): events are assured from now on.
-    await until(() => subscriptionsConfirmed(gateway) >= confirmedBefore + 2, 10_000, 'both subscriptions confirmed');
+    await until(() => subscriptionsConfirmed(gateway) >= confirmedBefore + 2, 'both subscriptions confirmed', 10_000);
     const sent: string[] = [];
     for (let index = 0; index < 4; index += 1) sent.push(await ping(anvil, address));
-    await until(() => logs.length >= 4 && blocks.length >= 4, 10_000, 'four blocks and four logs');
+    await until(() => logs.length >= 4 && blocks.length >= 4, 'four blocks and four logs', 10_000);
     stopBlocks();
     stopLogs();
     for (const block of blocks) {
@@ -373,10 +365,10 @@ describe('WebSocket endpoint: requests and clients', () => {
       const seen: number[] = [];
       const confirmedBefore = subscriptionsConfirmed(gateway);
       await provider.on('block', (number: number) => seen.push(number));
-      await until(() => subscriptionsConfirmed(gateway) > confirmedBefore, 10_000, 'the subscription confirmed');
+      await until(() => subscriptionsConfirmed(gateway) > confirmedBefore, 'the subscription confirmed', 10_000);
       const first = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) + 1;
       await mine(anvil, 3);
-      await until(() => seen.includes(first + 2), 10_000, 'three blocks');
+      await until(() => seen.includes(first + 2), 'three blocks', 10_000);
       expect(seen.filter((number) => number >= first)).toEqual([first, first + 1, first + 2]);
     } finally {
       await provider.destroy();
@@ -417,7 +409,7 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
     const client = await openClient(wsUrl(gateway, 'twin'));
     const heads = (await client.call('eth_subscribe', ['newHeads'])).result as string;
     const logs = (await client.call('eth_subscribe', ['logs', { address }])).result as string;
-    await until(() => proxies.a!.subscribeCalls.includes('logs') || proxies.b!.subscribeCalls.includes('logs'), 10_000, 'upstream subscriptions');
+    await until(() => proxies.a!.subscribeCalls.includes('logs') || proxies.b!.subscribeCalls.includes('logs'), 'upstream subscriptions', 10_000);
     const carrying = proxies.a!.subscribeCalls.includes('logs') ? proxies.a! : proxies.b!;
     const standby = carrying === proxies.a ? proxies.b! : proxies.a!;
     const startBlock = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) + 1;
@@ -427,7 +419,7 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
     // the carrying upstream dies; ten more are mined at once, during the move.
     for (let index = 0; index < 5; index += 1) {
       sent.push(await ping(anvil, address));
-      await until(() => events(logs).length === sent.length, 10_000, `log ${index + 1}`);
+      await until(() => events(logs).length === sent.length, `log ${index + 1}`, 10_000);
     }
     await carrying.kill();
     for (let index = 0; index < 10; index += 1) sent.push(await ping(anvil, address));
@@ -452,7 +444,7 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
     const first = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) + 1;
     await mine(anvil, 2);
     const heads = (client: Client) => client.messages.filter((message) => message.method === 'eth_subscription' && Number(message.params.result.number) >= first);
-    await until(() => clients.every((client) => heads(client).length >= 2), 15_000, 'two heads at every client');
+    await until(() => clients.every((client) => heads(client).length >= 2), 'two heads at every client', 15_000);
     for (const [index, client] of clients.entries()) {
       expect(heads(client).map((message) => [message.params.subscription, Number(message.params.result.number)])).toEqual([[ids[index], first], [ids[index], first + 1]]);
     }
@@ -463,7 +455,7 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
       return client.closed;
     }));
     // The last client gone: the upstream socket closes too.
-    await until(() => proxies.shared!.open() === 0, 10_000, 'the upstream socket to close');
+    await until(() => proxies.shared!.open() === 0, 'the upstream socket to close', 10_000);
   }, 60_000);
 
   async function meteredClient(dailyCredits: number) {
@@ -496,10 +488,10 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
     await directRpc(anvil.url, 'evm_setAutomine', [true]);
     await mine(anvil, 1);
     const count = (id: string) => client.messages.filter((message) => message.params?.subscription === id).length;
-    await until(() => count(heads) >= 3 && count(logs) >= 3, 10_000, 'three heads and three logs');
+    await until(() => count(heads) >= 3 && count(logs) >= 3, 'three heads and three logs', 10_000);
     // A fourth, empty block: once its head is here, anything more for the first three would be too.
     await mine(anvil, 1);
-    await until(() => count(heads) >= 4, 10_000, 'the fourth head');
+    await until(() => count(heads) >= 4, 'the fourth head', 10_000);
     expect(count(heads)).toBe(4);
     expect(count(logs)).toBe(3);
     expect(await used()).toBe(5 + 5 + 4 * 50 + 2 * 300);
@@ -538,12 +530,12 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
     for (let index = 0; index < 2_000; index += 1) {
       client.ws.send(JSON.stringify({ jsonrpc: '2.0', id: index, method: 'eth_getCode', params: [receipt.contractAddress, 'latest'] }));
     }
-    await until(() => gateway.logLines.some((line) => line.includes('websocket client not reading')), 30_000, 'the gateway to give up on the client');
+    await until(() => gateway.logLines.some((line) => line.includes('websocket client not reading')), 'the gateway to give up on the client', 30_000);
     const rssGrowth = process.memoryUsage().rss - rssBefore;
     socket.resume();
     const closed = await client.closed;
     expect(closed.code).toBe(1013);
-    await until(() => gateway.logLines.some((line) => line.includes('"websocket close"') && line.includes('"slow_client"')), 10_000, 'the close log line');
+    await until(() => gateway.logLines.some((line) => line.includes('"websocket close"') && line.includes('"slow_client"')), 'the close log line', 10_000);
     const answered = gateway.logLines.filter((line) => line.includes('"transport":"ws"') && line.includes('eth_getCode') && line.includes('"status":200')).length;
     // 2,000 answers would be ~96 MB; the connection was cut long before.
     expect(answered).toBeLessThan(1_000);
@@ -593,7 +585,7 @@ describe('WebSocket event queue of a client that stops reading', () => {
     expect(seen.length).toBeGreaterThan(0);
     expect(seen).toEqual(Array.from({ length: seen.length }, (_, index) => first + index));
     // Charged for what it was sent, not for what was queued: 5 for the subscription, 50 a head.
-    await until(() => gateway.logLines.some((text) => text.includes('"websocket close"') && text.includes('"slow_client"')), 10_000, 'the close log line');
+    await until(() => gateway.logLines.some((text) => text.includes('"websocket close"') && text.includes('"slow_client"')), 'the close log line', 10_000);
     const [peek] = await gateway.store.applyLedger([{ type: 'peek', teamId: team.id, day: new Date().toISOString().slice(0, 10) }] as const);
     expect(peek.teamUsed).toBe(5 + seen.length * 50);
   }, 120_000);
@@ -656,7 +648,7 @@ describe('WebSocket bounds, throughput and metrics', () => {
     const client = await openClient(wsUrl(gateway, 'eth'));
     const socket = (client.ws as unknown as { _socket: import('node:net').Socket })._socket;
     socket.pause(); // pings are not read, so never answered
-    await until(() => gateway.logLines.some((line) => line.includes('"websocket close"') && line.includes('"pong_timeout"')), 10_000, 'the pong timeout');
+    await until(() => gateway.logLines.some((line) => line.includes('"websocket close"') && line.includes('"pong_timeout"')), 'the pong timeout', 10_000);
     socket.resume();
     expect((await client.closed).code).toBe(1006);
   });
@@ -670,7 +662,7 @@ describe('WebSocket bounds, throughput and metrics', () => {
     // No message is sent: the check rides on the pings (every 100 ms here).
     const closed = await client.closed;
     expect(closed.code).toBe(1008);
-    await until(() => gateway.logLines.some((line) => line.includes('"websocket close"') && line.includes('"key_invalid"') && line.includes(key.id)), 5_000, 'the close log line');
+    await until(() => gateway.logLines.some((line) => line.includes('"websocket close"') && line.includes('"key_invalid"') && line.includes(key.id)), 'the close log line', 5_000);
   });
 
   it('applies the team throughput limit to requests over the socket', async () => {
@@ -701,7 +693,7 @@ describe('WebSocket bounds, throughput and metrics', () => {
     expect(text).toMatch(/tollgate_ws_upgrades_rejected_total\{status="429"\} 1/);
     client.ws.close();
     await client.closed;
-    await until(() => proxy.open() === 0, 10_000, 'the upstream socket to close');
+    await until(() => proxy.open() === 0, 'the upstream socket to close', 10_000);
     const after = await scrape();
     expect(after).toMatch(/tollgate_ws_connections\{network="eth"\} 0/);
     expect(after).toMatch(/tollgate_ws_upstream_subscriptions\{network="eth",type="newHeads"\} 0/);
@@ -746,13 +738,13 @@ describe('WebSocket subscriptions off an upstream that falls silent', () => {
     const sent: string[] = [];
     for (let index = 0; index < 5; index += 1) {
       sent.push(await ping(anvil, address));
-      await until(() => events(logs).length === sent.length, 10_000, `log ${index + 1}`);
+      await until(() => events(logs).length === sent.length, `log ${index + 1}`, 10_000);
     }
     // The carrying upstream falls silent; blocks go on being mined until the stream has moved
     // (the probes see the chain move on: the move needs the head to advance elsewhere).
     carrying.freeze();
     for (let index = 0; index < 3; index += 1) sent.push(await ping(anvil, address));
-    await until(() => other.subscribeCalls.includes('logs'), 15_000, 'the move to the other upstream');
+    await until(() => other.subscribeCalls.includes('logs'), 'the move to the other upstream', 15_000);
     for (let index = 0; index < 5; index += 1) sent.push(await ping(anvil, address));
     const lastBlock = await sentinelBlock(client, heads, () => events(logs).length >= sent.length);
     expect(other.subscribeCalls).toContain('logs');
@@ -804,7 +796,7 @@ describe('WebSocket subscriptions across a reorg hidden by an upstream move', ()
     const first = await ping(anvil, address);
     const snapshot = await directRpc(anvil.url, 'evm_snapshot', []);
     const orphaned = await ping(anvil, address);
-    await until(() => events(logs).length === 2, 10_000, 'two logs');
+    await until(() => events(logs).length === 2, 'two logs', 10_000);
     const forkNumber = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) - 1;
     const orphanedHead = events(heads).at(-1);
     // The carrying upstream dies; while no upstream is reachable the chain reorganises.
@@ -812,10 +804,10 @@ describe('WebSocket subscriptions across a reorg hidden by an upstream move', ()
     await directRpc(anvil.url, 'evm_revert', [snapshot]);
     await mine(anvil, 2);
     standby.refuse(false);
-    await until(() => standby.subscribeCalls.includes('logs'), 10_000, 'the move to the standby');
+    await until(() => standby.subscribeCalls.includes('logs'), 'the move to the standby', 10_000);
     await mine(anvil, 1);
     const tip = Number(await directRpc(anvil.url, 'eth_blockNumber', []));
-    await until(() => events(heads).some((head) => Number(head.number) === tip) && events(logs).length >= 3, 10_000, 'the new chain and the removal');
+    await until(() => events(heads).some((head) => Number(head.number) === tip) && events(logs).length >= 3, 'the new chain and the removal', 10_000);
     await sentinelBlock(client, heads);
     const seenLogs = events(logs);
     expect(seenLogs.map((log) => [log.transactionHash, log.removed])).toEqual([
@@ -905,9 +897,7 @@ describe('WebSocket subscriptions confirmed only once their events are assured',
     const hash = (await directRpc(anvil.url, 'eth_sendTransaction', [{ from: privateKeyToAccount(DEV_KEY).address, to: address, gas: '0x7530' }])) as string;
     // anvil answers as soon as the transaction is in its pool; the block follows at once.
     let receipt: { blockNumber: string } | null = null;
-    await until(() => receipt !== null, 10_000, 'the receipt', async () => {
-      receipt = (await directRpc(anvil.url, 'eth_getTransactionReceipt', [hash])) as { blockNumber: string } | null;
-    });
+    await until(async () => (receipt = (await directRpc(anvil.url, 'eth_getTransactionReceipt', [hash])) as { blockNumber: string } | null) !== null, 'the receipt');
     return { hash, number: Number(receipt!.blockNumber) };
   }
 
@@ -927,7 +917,7 @@ describe('WebSocket subscriptions confirmed only once their events are assured',
     await directRpc(anvil.url, 'evm_mine', []);
     const last = mined[1]!.number + 1;
     // Delivery is in order on one socket: once the last head is here, a late duplicate would be too.
-    await until(() => subscriber.events(ids.newHeads!).some((head) => Number(head.number) === last), 10_000, `head ${last}`);
+    await until(() => subscriber.events(ids.newHeads!).some((head) => Number(head.number) === last), `head ${last}`, 10_000);
     // A block mined just before the confirmation may still be on its way to the gateway and come
     // too (as from any node): the stream may start earlier, never later, and has no gap or repeat.
     const headsFrom = headsFirst ? mined[0]!.number : mined[1]!.number;
@@ -935,7 +925,7 @@ describe('WebSocket subscriptions confirmed only once their events are assured',
     expect(heads[0]).toBeLessThanOrEqual(headsFrom);
     expect(heads).toEqual(Array.from({ length: last - heads[0]! + 1 }, (_, index) => heads[0]! + index));
     const logsFrom = headsFirst ? mined.slice(1) : mined;
-    await until(() => subscriber.events(ids.logs!).length >= logsFrom.length, 10_000, 'the logs');
+    await until(() => subscriber.events(ids.logs!).length >= logsFrom.length, 'the logs', 10_000);
     const logs = subscriber.events(ids.logs!).map((log) => log.transactionHash as string);
     expect(logs.slice(-logsFrom.length)).toEqual(logsFrom.map((block) => block.hash));
     expect(new Set(logs).size).toBe(logs.length);
@@ -951,7 +941,7 @@ describe('WebSocket subscriptions confirmed only once their events are assured',
     const firstHead = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) + 1;
     for (let round = 0; round < 50; round += 1) {
       const open = round % 4 < 2 ? rawSubscriber : viemSubscriber;
-      await until(() => proxies.fresh!.open() === 0, 10_000, 'the fresh network to hold no upstream subscription');
+      await until(() => proxies.fresh!.open() === 0, 'the fresh network to hold no upstream subscription', 10_000);
       const fresh = await open(wsUrl(gateway, 'fresh'));
       await subscribeAndMine(fresh, round % 2 === 0);
       await fresh.close();
@@ -964,7 +954,7 @@ describe('WebSocket subscriptions confirmed only once their events are assured',
     expect(proxies.shared!.subscribeCalls.filter((call) => call === 'logs')).toHaveLength(1);
     // The holder saw every head since it subscribed once, in order, and every Ping of the network.
     const tip = Number(await directRpc(anvil.url, 'eth_blockNumber', []));
-    await until(() => holder.events(holderHeads).some((head) => Number(head.number) === tip), 10_000, 'the tip at the holder');
+    await until(() => holder.events(holderHeads).some((head) => Number(head.number) === tip), 'the tip at the holder', 10_000);
     expect(holder.events(holderHeads).map((head) => Number(head.number))).toEqual(Array.from({ length: tip - firstHead + 1 }, (_, index) => firstHead + index));
     const anvilLogs = (await directRpc(anvil.url, 'eth_getLogs', [{ address, fromBlock: `0x${firstHead.toString(16)}`, toBlock: 'latest' }])) as any[];
     expect(holder.events(holderLogs).map((log) => `${log.blockHash}:${log.logIndex}`)).toEqual(anvilLogs.map((log) => `${log.blockHash}:${log.logIndex}`));
@@ -1065,8 +1055,8 @@ describe('WebSocket subscriptions under bursts of heads: memory bounded, readers
         // The next burst once every reader still open has this one.
         await until(
           () => readers.every((client) => closedCodes.has(client) || heads(client).at(-1)?.number === `0x${tip.toString(16)}`),
-          60_000,
           `burst ${burst} at every reader`,
+          60_000,
         );
       }
     } finally {
@@ -1090,7 +1080,7 @@ describe('WebSocket subscriptions under bursts of heads: memory bounded, readers
     // the stream, contiguous, never a head twice (their queue bound is shown by the test below).
     for (const client of nonReaders) (client.ws as unknown as { _socket: import('node:net').Socket })._socket.resume();
     for (const client of nonReaders) {
-      await until(() => closedCodes.has(client) || heads(client).length > 0, 30_000, 'a non-reader reading again');
+      await until(() => closedCodes.has(client) || heads(client).length > 0, 'a non-reader reading again', 30_000);
       const seen = heads(client).map((head) => Number(head.number));
       expect(seen).toEqual(Array.from({ length: seen.length }, (_, index) => first + index));
     }
