@@ -224,10 +224,19 @@ const websocketSchema = z.strictObject({
   /** A connection that has not answered a ping with a pong within this is closed (1001). */
   pongTimeoutMs: positiveInt.default(10_000),
   /**
-   * Bytes that may wait in one connection's send buffer (a client not reading). Past it the
-   * connection is closed with 1013; nothing is buffered beyond it, and its pending events are not charged.
+   * Bytes that may wait for one connection: its queued subscription events plus its socket's
+   * unsent bytes (a client not reading). Past it the connection is closed with 1013; its waiting
+   * events are dropped, uncharged.
    */
   maxBufferedBytes: positiveInt.default(4 * 1024 * 1024),
+  /** Subscription events that may wait for one connection (their charges reserved); past it, closed with 1013. */
+  maxQueuedEvents: positiveInt.default(4_096),
+  /**
+   * Subscription events waiting for all connections of the process together, and their bytes:
+   * past either, the connections with the most bytes waiting are closed with 1013 until under it.
+   */
+  maxProcessQueuedEvents: positiveInt.default(200_000),
+  maxProcessQueuedBytes: positiveInt.default(256 * 1024 * 1024),
 });
 
 /** The team self-service page and team API (docs/portal.md). */
