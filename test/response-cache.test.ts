@@ -251,6 +251,20 @@ describe('bad input', () => {
     expect(bytes).toBeLessThan(10_000);
   });
 
+  it('method names that are members of every JavaScript object are just unknown methods, not cache entries', async () => {
+    // Unlisted methods are priced (`*`), so these names reach the cache's method table.
+    const { tg, proxy } = await gatewayOverAnvil({ methods: { '*': 1 } });
+    for (const method of ['constructor', 'toString', 'hasOwnProperty', 'valueOf']) {
+      const before = clientCalls(proxy).length;
+      const response = await raw(tg, method, []);
+      expect(response.status, method).toBe(200);
+      expect(response.headers.get('x-cache'), method).toBeNull();
+      // The node's own answer to a method it does not know, passed on: not the gateway's internal error.
+      expect(JSON.parse(response.text), method).toEqual({ jsonrpc: '2.0', id: 7, error: expect.objectContaining({ code: -32601 }) });
+      expect(clientCalls(proxy).length, method).toBe(before + 1);
+    }
+  });
+
   it('params that cannot be canonicalised are simply forwarded, never cached and never an error of the gateway', async () => {
     const { tg, proxy } = await gatewayOverAnvil();
     const at = hex(bumped.number);

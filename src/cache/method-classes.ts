@@ -96,6 +96,15 @@ export const METHOD_CACHING: Readonly<Record<NetworkKind, Readonly<Record<string
   },
 };
 
+/**
+ * The table entry of a method, if it has one. Method names come from clients, so the lookup reads
+ * own properties only: `constructor` or `toString` must not find the object prototype's members.
+ */
+export function methodCaching(kind: NetworkKind, method: string): MethodCaching | undefined {
+  const table = METHOD_CACHING[kind];
+  return Object.hasOwn(table, method) ? table[method] : undefined;
+}
+
 /** How a table entry's block is found, in words (docs/caching.md prints it). */
 export function describeLocator(caching: MethodCaching): string {
   const { block } = caching;

@@ -5,7 +5,7 @@ import { blockRefOf, cacheKey, canonicalParams, resolveFinalizedTag, sharedKey, 
 import { createCanonicalChain, type Anchor, type CanonicalChain } from './canonical-chain.js';
 import { matchesBlockAtIndex, receiptsMatchBlock } from './answer-checks.js';
 import type { CacheStats, MemoryTier, StoredAnswer } from './memory-tier.js';
-import { METHOD_CACHING, neverCached, type CacheClass, type MethodCaching } from './method-classes.js';
+import { methodCaching, neverCached, type CacheClass, type MethodCaching } from './method-classes.js';
 import type { SharedTier } from './shared-tier.js';
 
 /**
@@ -77,6 +77,12 @@ export interface ResponseCache {
   close(): Promise<void>;
 }
 
+/** A network's `cache.ttlSeconds` entry for a method (own keys only: method names come from clients). */
+function ttlOf(network: NetworkConfig, method: string): number | undefined {
+  const ttls = network.cache.ttlSeconds;
+  return Object.hasOwn(ttls, method) ? ttls[method] : undefined;
+}
+
 export interface ResponseCacheObserver {
   lookup?(network: string, method: string, tier: CacheTier, hit: boolean): void;
   stored?(network: string, method: string, tier: CacheTier, bytes: number): void;
@@ -129,8 +135,8 @@ export function createResponseCache(deps: { memory: MemoryTier; shared?: SharedT
 
   function plan(network: NetworkConfig, method: string, params: unknown, finalizedHint: number | undefined): CachePlan | undefined {
     if (neverCached(method)) return undefined;
-    const caching: MethodCaching | undefined = METHOD_CACHING[network.kind][method];
-    const ttl = network.cache.ttlSeconds[method];
+    const caching = methodCaching(network.kind, method);
+    const ttl = ttlOf(network, method);
     if (caching === undefined && ttl === undefined) return undefined;
     const sent = caching !== undefined && finalizedHint !== undefined ? (resolveFinalizedTag(caching, params, finalizedHint) ?? params) : params;
     const ref: BlockRef = caching === undefined ? { kind: 'answer' } : blockRefOf(caching, sent);
@@ -191,7 +197,7 @@ export function createResponseCache(deps: { memory: MemoryTier; shared?: SharedT
   async function entryFor(plan: CachePlan, bytes: Buffer, finality: ServingFinality, reader: ChainReader): Promise<StoredAnswer | undefined> {
     if (isNull(bytes)) return undefined;
     const network = plan.network;
-    const ttl = network.cache.ttlSeconds[plan.method];
+    const ttl = ttlOf(network, plan.method);
     const expiresAt = ttl === undefined ? undefined : now() + ttl * 1000;
     const full = network.verification === 'full';
     switch (plan.class) {
