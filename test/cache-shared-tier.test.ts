@@ -20,7 +20,7 @@ const opened: Array<{ close(): Promise<void> }> = [];
 beforeAll(async () => {
   counter = await deployCounter(anvil.node.url);
   bumps = [];
-  for (let n = 0; n < 3; n += 1) {
+  for (let n = 0; n < 4; n += 1) {
     const { hash, receipt } = await counter.bump();
     bumps.push({ tx: hash, block: Number.parseInt(receipt.blockNumber!, 16), hash: receipt.blockHash! });
   }
@@ -52,9 +52,10 @@ function workload(): Array<[string, unknown[]]> {
     ['eth_getLogs', [{ fromBlock: hex(bumps[0]!.block), toBlock: hex(bumps[2]!.block), address: counter.address }]],
     // Large enough to be compressed in Redis (over 1 KiB).
     ['eth_getBlockReceipts', [hex(bumps[2]!.block)]],
-    // Blocks by hash, verified once by whoever fetched them.
+    // Blocks by hash, verified once by whoever fetched them. The hydrated one is a block no call
+    // above touches: checking receipts fetches their block by hash, so that block would be a hit.
     ['eth_getBlockByHash', [anvil.seed.blocksWithTransactions[0]!, false]],
-    ['eth_getBlockByHash', [bumps[2]!.hash, true]],
+    ['eth_getBlockByHash', [bumps[3]!.hash, true]],
   ];
 }
 
@@ -74,7 +75,7 @@ describe('the shared tier', () => {
     const answers = new Map<string, string>();
     for (const [method, params] of workload()) {
       const first = await ask(a.tg, method, params);
-      expect(first.cache, method).toBe('miss');
+      expect(first.cache, `${method} ${JSON.stringify(params)}`).toBe('miss');
       expect(JSON.parse(first.text).result, method).toBeTruthy();
       answers.set(`${method}${JSON.stringify(params)}`, first.text);
     }
