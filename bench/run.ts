@@ -252,7 +252,7 @@ interface GatewayProcess {
   stop(): Promise<void>;
 }
 
-/** Block verification settings (DESIGN §5) whose cache misses are measured side by side. */
+/** Verification settings (docs/verification.md) whose cache misses are measured side by side. */
 const VERIFICATIONS = ['full', 'header', 'off'] as const;
 type Verification = (typeof VERIFICATIONS)[number];
 const verificationNetwork = (verification: Verification): string => (verification === 'full' ? 'eth' : `eth-${verification}`);
@@ -598,7 +598,7 @@ interface Check {
 
 type Facts = { data: string; startedAt: Date; elapsedS: number };
 
-/** One run's targets (DESIGN targets of the performance issue), from its rows. */
+/** One run's targets (the Targets table of docs/benchmarks.md), from its rows. */
 function targetChecks(rows: readonly Measured[], gatewayRss: readonly number[], withRedis: boolean): Check[] {
   const gatewayRow = (scenario: string): Measured => {
     const row = rows.find((candidate) => candidate.scenario === scenario && candidate.reference !== undefined);

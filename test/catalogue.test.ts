@@ -1,4 +1,4 @@
-// The method catalogue on the wire (DESIGN §1.3, issue 12 items 1, 2, 5): default prices,
+// The method catalogue on the wire (docs/methods.md, issue 12 items 1, 2, 5): default prices,
 // re-pricing, `"*"`, methods denied by default and by config, per-upstream denies and batches
 // that mix all of them. A real gateway on loopback with scripted upstreams that count what
 // reaches them, and the store's usage rows as the ledger.

@@ -1,6 +1,7 @@
-// Daily credits, throughput limits and the charging rule (DESIGN §2 402/429 rows and headers, §3):
-// a real gateway on loopback with an in-memory SQLite store, scripted upstreams that answer
-// `eth_getBlockByHash` with a block whose hash is the one asked for, and an injected clock.
+// Daily credits, throughput limits and the charging rule (README, Credits; the 402/429 rows of
+// docs/errors.md): a real gateway on loopback with an in-memory SQLite store, scripted upstreams
+// that answer `eth_getBlockByHash` with a block whose hash is the one asked for, and an injected
+// clock.
 //
 // Every gateway here runs on an injected clock set in 2030, i.e. ahead of the wall clock: days,
 // resets and Retry-After are then deterministic whatever time the suite runs at (a run that

@@ -1,4 +1,4 @@
-// Prometheus metrics (docs/metrics.md, STYLE §11): scripted traffic through a real gateway,
+// Prometheus metrics (docs/metrics.md): scripted traffic through a real gateway,
 // then the admin listener's /metrics parsed as Prometheus text and checked counter by counter.
 // Exact values: every series below is fed only by the requests of this file.
 

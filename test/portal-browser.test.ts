@@ -1,4 +1,4 @@
-// The team portal in a real browser (DESIGN §9, docs/portal.md): Chromium driven by
+// The team portal in a real browser (docs/portal.md): Chromium driven by
 // puppeteer-core against a real gateway on loopback. Sign in with a team token; the numbers on
 // the page equal the ledger's; create a key and call the gateway with it; after a reload the page
 // shows the new usage; rotate and revoke it; sign out. A second team's token sees none of it.

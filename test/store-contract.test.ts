@@ -1,4 +1,4 @@
-// The Store contract (DESIGN §3 and §6: one interface, two drivers): every method of
+// The Store contract (docs/store.md: one interface, two drivers): every method of
 // src/store/types.ts, run unchanged against the embedded SQLite driver and the Redis driver
 // (a real redis-server on loopback, a fresh key prefix per test). Snapshots are exported from
 // one driver and imported into the other, as `tollgate migrate` does.

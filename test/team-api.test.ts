@@ -1,4 +1,4 @@
-// Team tokens and the team API (DESIGN §3, §9; docs/portal.md, docs/admin-api.md): the operator
+// Team tokens and the team API (docs/portal.md, docs/admin-api.md): the operator
 // issues, lists and revokes team tokens; with one, a team manages its own keys and reads its own
 // usage, and every team route answers another team's ids exactly as ids that do not exist. The
 // session cookie of the page is HTTP-only, SameSite=Strict, expires, and its writes need the

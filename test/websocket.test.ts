@@ -1,4 +1,4 @@
-// The WebSocket endpoint (DESIGN §8, docs/websocket.md) against a real anvil, through real
+// The WebSocket endpoint (docs/websocket.md) against a real anvil, through real
 // sockets: viem's webSocket() transport and ethers' WebSocketProvider, requests over the socket
 // on the HTTP request path, refused upgrades, and subscriptions (shared, metered, bounded).
 

@@ -7,7 +7,7 @@ import type { AlertTargets } from './alert-targets.js';
 import type { WebhookSender } from './webhook-sender.js';
 
 /**
- * Quota threshold alerts (DESIGN §9): when a team's spend of a UTC day reaches a threshold
+ * Quota threshold alerts (docs/webhooks.md): when a team's spend of a UTC day reaches a threshold
  * (default 75, 90 and 100 % of its daily quota), one `quota.threshold` event per threshold, team
  * and day is sent, however many replicas see the crossing.
  *

@@ -1,7 +1,7 @@
 import type { AdmissionResult, ChargeSubject, LedgerOp, LedgerResult } from './ledger.js';
 
 /**
- * The credit rule, once, for every store driver (DESIGN §3): admission (the team's daily quota,
+ * The credit rule, once, for every store driver (docs/store.md): admission (the team's daily quota,
  * then the key's own cap, then the team's credits-per-second bucket), settle and refund, decided
  * by a pure function over the counters a batch of operations reads. It does no I/O and reads no
  * clock: time comes with each operation (`nowMs`, from the meter's injected clock) and the UTC

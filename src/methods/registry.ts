@@ -9,7 +9,7 @@ import { GatewayError } from '../errors.js';
 /**
  * What the gateway knows about each method a network offers: its cost, how its params are
  * validated and normalised (once per request), and how they are sent to a given upstream. The
- * methods and default prices come from the catalogue (./catalogue.ts, DESIGN §1.3); a few
+ * methods and default prices come from the catalogue (./catalogue.ts, docs/methods.md); a few
  * first-class methods have their own preparers here, every other method passes through.
  */
 
@@ -226,8 +226,8 @@ export function upstreamParams(call: PreparedCall, upstream: UpstreamConfig): un
 
 /**
  * The check an upstream's result must pass for this call (a block must verify against the hash
- * asked for, DESIGN §5), or undefined when results are passed on unparsed. `null` passes here;
- * whether it is believed is the null-confirmation policy's business.
+ * asked for, docs/verification.md), or undefined when results are passed on unparsed. `null` passes
+ * here; whether it is believed is the null-confirmation policy's business.
  */
 export function resultCheckOf(call: PreparedCall): ((result: unknown) => Promise<string | undefined> | undefined) | undefined {
   if (call.kind === 'pass-through' && call.verification !== undefined && call.verification !== 'off') return blockByNumberCheck(call.params);

@@ -7,7 +7,7 @@ import { attemptEachCandidate, type AttemptPolicy } from './policies/types.js';
 import type { StatefulRouteDeps } from './stateful-deps.js';
 
 /**
- * Filters live on the node that created them (DESIGN §1.3 "Stateful methods"):
+ * Filters live on the node that created them (docs/routing.md#filters):
  * - `eth_newFilter`, `eth_newBlockFilter`, `eth_newPendingTransactionFilter` are tried on the
  *   candidates in order, with failover but never hedged (a hedge would leave a second filter
  *   behind on another node); the upstream's filter id is handed out wrapped in a

@@ -19,7 +19,7 @@ import { createTransactionCalls } from './transactions.js';
 import { Upstream, type AttemptOutcome, type RoutedUpstream } from './upstream.js';
 
 /**
- * A network's upstreams behind the failsafe chain (DESIGN §5):
+ * A network's upstreams behind the failsafe chain (docs/routing.md):
  *
  *   null confirmation → hedge → failover → [each candidate] → circuit breaker → observe → result check → timeout → send
  *

@@ -15,7 +15,7 @@ import type { NetworkRuntime } from './network-runtime.js';
  * One JSON-RPC call, in two steps so that nothing is charged for an answer no one receives:
  *   execute: validate → (cache hit | local answer) or (reserve → forward with failover → refund if it failed)
  *   commit:  the client is still there → charge or settle; it left → refund (logged as 499).
- * Charging rule (DESIGN §3): answered calls (results, `null`, cache hits, upstream JSON-RPC
+ * Charging rule: answered calls (results, `null`, cache hits, upstream JSON-RPC
  * errors) cost their price; rejected calls, calls every upstream failed and answers that could
  * not be delivered cost nothing. Every failure becomes a reply, an unexpected one (a bug)
  * `-32603` for that call alone; nothing here throws.

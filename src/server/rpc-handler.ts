@@ -28,7 +28,8 @@ import type { NetworkRuntime, NetworkSet } from './network-runtime.js';
  *   address) → validate → (answer locally | forward with failover) → commit (charge, or refund if
  *   the client left) → respond → log. The per-item stages (call-dispatch.ts) are shared with the
  *   WebSocket endpoint.
- * A request rejected as a whole gets one JSON-RPC error object with its HTTP status (DESIGN §2).
+ * A request rejected as a whole gets one JSON-RPC error object with its HTTP status, both listed
+ * in docs/errors.md.
  */
 
 export interface RpcHandlerDeps {
@@ -347,7 +348,8 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     if (answered === CLIENT_LEFT) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
     const credits = creditHeaders(auth, ctx);
     const responseHeaders = credits instanceof Promise ? await credits : credits;
-    // Batch responses are 200 whatever their items say (DESIGN §2); notifications only: 204.
+    // Batch responses are 200 whatever their items say (each carries its own error);
+    // notifications only: 204.
     if (answered.length === 0) return send(res, ctx, 204, undefined, responseHeaders);
     send(res, ctx, 200, serialiseBatch(answered), responseHeaders);
   }

@@ -3,7 +3,7 @@ import type { Logger } from '../logging/logger.js';
 import type { UpstreamSocket } from './upstream-socket.js';
 
 /**
- * Upstream subscriptions shared by every client that asked for the same thing (DESIGN §8).
+ * Upstream subscriptions shared by every client that asked for the same thing (docs/websocket.md).
  *
  * Per network, one upstream socket at a time carries all of the network's subscriptions, next
  * to an internal `newHeads` subscription that tracks the head (and is shared with clients that

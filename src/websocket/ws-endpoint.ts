@@ -24,8 +24,8 @@ import { createEventDelivery, type ClientSubscription, type DeliveryObserver, ty
 import { parseSubscribeParams, subscriptionMethodPrice, SUBSCRIPTION_METHODS } from './subscribe-params.js';
 
 /**
- * The WebSocket endpoint `{base_url}/ws/v3/<API_KEY>` (DESIGN §8), an HTTP upgrade on the RPC
- * listener. The stages:
+ * The WebSocket endpoint `{base_url}/ws/v3/<API_KEY>` (docs/websocket.md), an HTTP upgrade on the
+ * RPC listener. The stages:
  *   upgrade: resolve network → authenticate → network allow-list → key settings (secret / JWT,
  *            origin, user agent, IP) → connection bounds → accept
  *   message: parse → per item the HTTP request path (call-dispatch.ts: validate, price, route,
@@ -116,7 +116,7 @@ export function httpPathOf(path: string): string | undefined {
   return match === null ? undefined : `${match[1]}${match[2]}`;
 }
 
-/** The parts of the upgrade request the key settings read (DESIGN §3). */
+/** The parts of the upgrade request the key settings read (docs/keys.md). */
 interface UpgradeFacts {
   origin: string | undefined;
   userAgent: string | undefined;
