@@ -247,7 +247,9 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     return meter.charge(subject).then(
       (charged): Reply => {
         recordCharge(ctx, subject.method, charged.ok ? subject.cost : 0, charged);
-        return charged.ok ? reply : errorReply(reply.id, refusal(charged, subject, now()));
+        if (!charged.ok) return errorReply(reply.id, refusal(charged, subject, now()));
+        (ctx.charged ??= []).push(subject);
+        return reply;
       },
       (error: unknown): Reply => {
         deps.onStoreError?.(error);
@@ -262,6 +264,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
         // A reservation already gone was given back by the stale-reservation sweep: the answer
         // goes out uncharged, and its headers and log say so.
         recordCharge(ctx, pending.subject.method, settled.ok ? pending.subject.cost : 0, settled);
+        if (settled.ok) (ctx.charged ??= []).push(pending.subject);
         return pending.reply;
       },
       (error: unknown): Reply => {

@@ -2,6 +2,7 @@ import type { Socket } from 'node:net';
 import type { ServerResponse } from 'node:http';
 import type { Attempt } from '../routing/forward.js';
 import type { GatewayErrorCode } from '../errors.js';
+import type { ChargeSubject } from '../metering/ledger.js';
 import { bounded } from '../logging/redaction.js';
 
 /**
@@ -35,6 +36,8 @@ export interface RequestContext {
   calls: Array<{ method: string; outcome: string }>;
   /** Credits charged per method, for the credits metric. */
   charges: Array<{ method: string; credits: number }>;
+  /** What was charged, to give back should the answer carrying it not be written after all. */
+  charged: ChargeSubject[] | undefined;
   /** Calls refused for credits: `daily_credits_exhausted` or `rate_limited`. */
   creditRejections: string[];
   /** The gateway error of a request rejected as a whole (or of a single request's reply). */
@@ -84,6 +87,7 @@ export function createRequestContext(requestId: string, socket?: Socket, respons
     attempts: [],
     calls: [],
     charges: [],
+    charged: undefined,
     creditRejections: [],
     errorCode: undefined,
     corsOrigin: undefined,
