@@ -14,6 +14,7 @@ import { bounded, logScrubber, pathForLog, type Logger } from '../logging/logger
 import { CLIENT_CLOSED_REQUEST, clientGone, createRequestContext, MAX_LOGGED_REASON, requestLogFields, type RequestContext } from './context.js';
 import { abandonBodyRead, BodyTooLargeError, readBody, RequestClosedError } from './request-reader.js';
 import { CLIENT_LEFT, type CallDispatcher } from './call-dispatch.js';
+import { whenWritten } from './answer-delivery.js';
 import type { Meter } from '../metering/meter.js';
 import { utcDay } from '../metering/meter.js';
 import type { KeyWithTeam } from '../store/index.js';
@@ -403,33 +404,6 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     return nextRequestId();
   }
 
-  /**
-   * Runs `done` (the log line, the metrics) once the response's fate is known. An answer counts as
-   * delivered only when its last byte was handed to a live connection ('finish'); Node does not
-   * emit 'finish' when the write meets a connection the client had already reset. An answer that
-   * was not written gives back what it was charged (charges are committed before the write, so a
-   * crash never loses one for an answer that went out) and is logged as 499.
-   */
-  function whenWritten(res: ServerResponse, ctx: RequestContext, done: () => void): void {
-    const settle = (): void => {
-      const written = res.writableFinished;
-      if (written && ctx.httpStatus !== CLIENT_CLOSED_REQUEST) return done();
-      ctx.httpStatus = CLIENT_CLOSED_REQUEST;
-      const charged = ctx.charged;
-      if (charged === undefined) return done();
-      ctx.charged = undefined;
-      ctx.creditsCharged = 0;
-      ctx.charges = [];
-      Promise.all(charged.map((subject) => deps.meter.reverse(subject))).then(done, (error: unknown) => {
-        logger.error({ err: error, requestId: ctx.requestId }, 'could not give back the charge of an answer that was not delivered');
-        done();
-      });
-    };
-    // Nothing was written (the client left first), or the response is over: decided now.
-    if (!res.headersSent || res.writableFinished || res.destroyed) return settle();
-    res.once('close', settle);
-  }
-
   function finish(req: IncomingMessage, headers: IncomingHttpHeaders, ctx: RequestContext, networks: NetworkSet): void {
     // Building the line costs more than a disabled level check (see docs/benchmarks.md).
     if (logger.isLevelEnabled('info')) {
@@ -457,7 +431,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     socket[PENDING_REQUEST] = ctx;
     const networks = deps.acquireNetworks();
     handle(req, headers, res, ctx, networks).then(
-      () => whenWritten(res, ctx, () => finish(req, headers, ctx, networks)),
+      () => whenWritten(res, ctx, deps.meter, logger, () => finish(req, headers, ctx, networks)),
       (error: unknown) => {
         // Nothing here may throw: it would be an unhandled rejection, which ends the process.
         try {
@@ -472,7 +446,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
           logger.error({ err: failure, requestId: ctx.requestId }, 'request failed unexpectedly');
           res.destroy();
         }
-        whenWritten(res, ctx, () => finish(req, headers, ctx, networks));
+        whenWritten(res, ctx, deps.meter, logger, () => finish(req, headers, ctx, networks));
       },
     );
   }) as RpcHandler;
