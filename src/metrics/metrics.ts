@@ -171,6 +171,8 @@ export interface GatewayMetrics {
   nullConfirmations: Tally;
   /** Labels: network, result. */
   cacheLookups: Tally;
+  /** Labels: network, method. Upstream calls one `eth_getLogs` call took (chunks, bisections, tag resolution). */
+  logsUpstreamCalls: FastHistogram;
   cacheEvictions: Counter;
   cacheBytes: Gauge;
   cacheEntries: Gauge;
@@ -277,6 +279,13 @@ export function createMetrics(): GatewayMetrics {
       name: 'tollgate_cache_lookups_total',
       help: 'Block cache lookups by result (hit or miss)',
       labelNames: ['network', 'result'],
+      registers,
+    }),
+    logsUpstreamCalls: fastHistogram({
+      name: 'tollgate_logs_upstream_calls',
+      help: 'Upstream calls one eth_getLogs call took: its chunks, bisected halves and tag resolution (0 when every chunk was cached)',
+      labelNames: ['network', 'method'],
+      buckets: [0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
       registers,
     }),
     cacheEvictions: new Counter({ name: 'tollgate_cache_evictions_total', help: 'Block cache entries evicted to stay within maxBytes', registers }),

@@ -30,6 +30,8 @@ export interface RequestContext {
   teamUsed?: number;
   cache?: 'hit' | 'miss';
   upstream?: string;
+  /** Upstream calls made for split calls (`eth_getLogs` at a range), all of the request's together. */
+  upstreamCalls: number | undefined;
   attempts: Attempt[];
   /** One entry per answered call: its method label (`other` if not offered) and outcome. */
   calls: Array<{ method: string; outcome: string }>;
@@ -81,6 +83,7 @@ export function createRequestContext(requestId: string, socket?: Socket, respons
     teamUsed: undefined,
     cache: undefined,
     upstream: undefined,
+    upstreamCalls: undefined,
     attempts: [],
     calls: [],
     charges: [],
@@ -116,6 +119,7 @@ export function requestLogFields(ctx: RequestContext): Record<string, unknown> {
     credits: ctx.creditsCharged,
     cache: ctx.cache,
     upstream: ctx.upstream,
+    upstreamCalls: ctx.upstreamCalls,
     attempts,
   };
 }
