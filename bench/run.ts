@@ -40,6 +40,7 @@ import { redisCost, redisSnapshot, type RedisCost } from './redis-cost.js';
 import { cpuSeconds, rssBytes } from './proc-stats.js';
 import { findWrk, prepareWrk, runWrk } from './wrk.js';
 import { formatWsFanout, runWsFanout, WS_FANOUT_SCENARIO } from './ws-fanout.js';
+import { formatLogsSplit, LOGS_SPLIT_SCENARIO, runLogsSplit } from './logs-split.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI = join(ROOT, 'dist', 'cli.js');
@@ -945,6 +946,9 @@ async function main(): Promise<void> {
   // The WebSocket fan-out (bench/ws-fanout.ts) starts its own anvil and gateway: asked for alone, nothing else starts.
   const wsFanout = () => runWsFanout({ subscribers: 1000, blocks: flags.quick ? 20 : 100 }).then(formatWsFanout);
   if (flags.only !== undefined && WS_FANOUT_SCENARIO.includes(flags.only)) return void console.log(await wsFanout());
+  // The eth_getLogs split (bench/logs-split.ts) starts its own anvil and gateway too.
+  const logsSplit = () => runLogsSplit({ calls: flags.quick ? 10 : 30 }).then(formatLogsSplit);
+  if (flags.only !== undefined && LOGS_SPLIT_SCENARIO.includes(flags.only)) return void console.log(await logsSplit());
   // Per run 12 scenario pairs (2 warm-ups + 2 × PAIRS rounds, each with a moment to start the load
   // generator) and one gateway-only row; plus start-up, warm-up and the Redis cost rounds.
   const perRunS = 12 * (2 * WARMUP_S + 2 * PAIRS * (ROUND_S + 0.5)) + WARMUP_S + DURATION_S;
@@ -1166,6 +1170,7 @@ async function main(): Promise<void> {
   anvil = undefined;
   clearTimeout(watchdog);
   if (selected(WS_FANOUT_SCENARIO)) console.log(`\n${await wsFanout()}`);
+  if (selected(LOGS_SPLIT_SCENARIO)) console.log(`\n${await logsSplit()}`);
 
   if (flags.only !== undefined) {
     for (const [index, { rows }] of runs.entries()) {
