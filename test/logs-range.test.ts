@@ -210,6 +210,11 @@ describe('eth_getLogs at any range on anvil', () => {
     const blindAsked = [...logsCalls(a, blindMark.a), ...logsCalls(b, blindMark.b)];
     expect(blindAsked[0]).toEqual({ from: firstLogBlock, to: firstLogBlock + 1_999 });
     expect(Math.max(...blindAsked.filter((chunk) => chunk.to - chunk.from + 1 <= A_RANGE).map((chunk) => chunk.to - chunk.from + 1))).toBeLessThanOrEqual(A_RANGE);
+    // Dozens of refusals, and both upstreams are still healthy: a refusal is an answer, not a failure.
+    expect(blindAsked.length).toBeGreaterThan(20);
+    const metrics = await (await fetch(`${tg.gateway.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } })).text();
+    for (const upstream of ['a', 'b']) expect(metrics).toContain(`tollgate_upstream_healthy{network="blind",upstream="${upstream}"} 1`);
+    expect(metrics).toMatch(/tollgate_upstream_requests_total\{network="blind",upstream="a",outcome="logs_too_large"\} [1-9]/);
   });
 
   it('4. a chunk that fails on both upstreams fails the call: an error, no partial list, uncharged', async () => {
