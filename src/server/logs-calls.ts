@@ -27,14 +27,24 @@ export type LogsOutcome = ForwardOutcome & {
   upstreamCalls: number;
   /** Chunk calls made (1 for a call that was not split). */
   chunkCalls: number;
+  /** Chunk calls the response cache answered. */
+  cachedChunks: number;
 };
 
-/** The executor's forward step for one prepared call (cache, then the failsafe chain). */
-export type ForwardChunk = (call: PreparedCall) => Promise<ForwardOutcome>;
+/** What the executor's forward step gives for one call: an upstream's outcome, or the cache's answer. */
+export type StepOutcome = ForwardOutcome | { kind: 'cached'; resultBytes: Buffer; attempts: [] };
 
-/** Upstream calls behind one forward outcome: its listed failed attempts, and the one that answered. */
-export function upstreamCallsOf(outcome: ForwardOutcome): number {
-  return outcome.attempts.length + (outcome.kind === 'failed' ? 0 : 1);
+/** The executor's forward step for one prepared call (the cache for chunks, then the failsafe chain). */
+export type ForwardChunk = (call: PreparedCall) => Promise<StepOutcome>;
+
+/** Upstream calls behind one step: its listed failed attempts, and the one that answered (none for the cache). */
+export function upstreamCallsOf(outcome: StepOutcome): number {
+  return outcome.attempts.length + (outcome.kind === 'failed' || outcome.kind === 'cached' ? 0 : 1);
+}
+
+/** A step's outcome as the executor takes it: a cached answer is a result no upstream gave. */
+function asForwardOutcome(outcome: StepOutcome): ForwardOutcome {
+  return outcome.kind === 'cached' ? { kind: 'result', resultBytes: outcome.resultBytes, upstream: '', attempts: [] } : outcome;
 }
 
 /**
@@ -54,7 +64,7 @@ export function chunkSizeOf(network: NetworkRuntime, servedBy: ReadonlySet<strin
 export async function runLogsCall(query: LogsQuery, call: PreparedCall, network: NetworkRuntime, forwardChunk: ForwardChunk): Promise<LogsOutcome> {
   if (query.blockHash !== undefined || isSameTag(query)) {
     const outcome = await forwardChunk(call);
-    return { ...outcome, upstreamCalls: upstreamCallsOf(outcome), chunkCalls: 1 };
+    return { ...asForwardOutcome(outcome), upstreamCalls: upstreamCallsOf(outcome), chunkCalls: 1, cachedChunks: outcome.kind === 'cached' ? 1 : 0 };
   }
   const limits = network.config.getLogs;
   let resolutionCalls = 0;
@@ -67,15 +77,16 @@ export async function runLogsCall(query: LogsQuery, call: PreparedCall, network:
 
   async function resolveTag(tag: Exclude<BlockTag, 'earliest'>): Promise<number> {
     const byNumber = tag === 'latest' || tag === 'pending';
-    const outcome = await forwardChunk(byNumber ? sibling('eth_blockNumber', []) : sibling('eth_getBlockByNumber', [tag, false]));
-    resolutionCalls += upstreamCallsOf(outcome);
-    resolutionAttempts.push(...outcome.attempts);
-    if (outcome.kind === 'failed') throw new ResolutionFailure({ ...outcome, upstreamCalls: 0, chunkCalls: 0 });
-    if (outcome.kind === 'rpc-error') throw new ResolutionFailure({ ...outcome, upstreamCalls: 0, chunkCalls: 0 });
+    const step = await forwardChunk(byNumber ? sibling('eth_blockNumber', []) : sibling('eth_getBlockByNumber', [tag, false]));
+    resolutionCalls += upstreamCallsOf(step);
+    resolutionAttempts.push(...step.attempts);
+    const outcome = asForwardOutcome(step);
+    if (outcome.kind === 'failed') throw new ResolutionFailure({ ...outcome, upstreamCalls: 0, chunkCalls: 0, cachedChunks: 0 });
+    if (outcome.kind === 'rpc-error') throw new ResolutionFailure({ ...outcome, upstreamCalls: 0, chunkCalls: 0, cachedChunks: 0 });
     const block = blockNumberOf(outcome.resultBytes, byNumber);
     if (block === undefined) {
       const attempts = [{ upstream: outcome.upstream, reason: 'invalid_response', detail: `no block number for the tag ${tag}` }];
-      throw new ResolutionFailure({ kind: 'failed', error: new GatewayError('TG_ERR_UPSTREAMS_FAILED', undefined, { attempts }), attempts, upstreamCalls: 0, chunkCalls: 0 });
+      throw new ResolutionFailure({ kind: 'failed', error: new GatewayError('TG_ERR_UPSTREAMS_FAILED', undefined, { attempts }), attempts, upstreamCalls: 0, chunkCalls: 0, cachedChunks: 0 });
     }
     return block;
   }
@@ -84,24 +95,26 @@ export async function runLogsCall(query: LogsQuery, call: PreparedCall, network:
   try {
     range = await resolveRange(query, limits, resolveTag);
   } catch (error) {
-    if (error instanceof ResolutionFailure) return { ...error.outcome, upstreamCalls: resolutionCalls, chunkCalls: 0 };
+    if (error instanceof ResolutionFailure) return { ...error.outcome, upstreamCalls: resolutionCalls };
     // Over the range limit or in the wrong order once resolved: the client's error, uncharged.
-    if (error instanceof GatewayError) return { kind: 'failed', error, attempts: resolutionAttempts, upstreamCalls: resolutionCalls, chunkCalls: 0 };
+    if (error instanceof GatewayError) return { kind: 'failed', error, attempts: resolutionAttempts, upstreamCalls: resolutionCalls, chunkCalls: 0, cachedChunks: 0 };
     throw error;
   }
 
+  let cachedChunks = 0;
   const split = await splitLogsRange(range, { chunkSize: chunkSizeOf(network, call.servedBy), concurrency: limits.concurrency }, async (chunk): Promise<ChunkRun> => {
-    const outcome = await forwardChunk(sibling('eth_getLogs', chunkParams(query, chunk)));
-    return { outcome: chunkOutcomeOf(outcome), upstreamCalls: upstreamCallsOf(outcome) };
+    const step = await forwardChunk(sibling('eth_getLogs', chunkParams(query, chunk)));
+    if (step.kind === 'cached') cachedChunks += 1;
+    return { outcome: chunkOutcomeOf(step), upstreamCalls: upstreamCallsOf(step) };
   });
-  const upstreamCalls = resolutionCalls + split.upstreamCalls;
+  const counts = { upstreamCalls: resolutionCalls + split.upstreamCalls, chunkCalls: split.chunkCalls, cachedChunks };
   switch (split.kind) {
     case 'logs':
-      return { kind: 'result', resultBytes: split.bytes, upstream: split.upstreams.join(','), attempts: resolutionAttempts, upstreamCalls, chunkCalls: split.chunkCalls };
+      return { kind: 'result', resultBytes: split.bytes, upstream: split.upstreams.join(','), attempts: resolutionAttempts, ...counts };
     case 'rpc-error':
-      return { kind: 'rpc-error', error: split.error, upstream: split.upstream, attempts: resolutionAttempts, upstreamCalls, chunkCalls: split.chunkCalls };
+      return { kind: 'rpc-error', error: split.error, upstream: split.upstream, attempts: resolutionAttempts, ...counts };
     case 'failed':
-      return { kind: 'failed', error: split.error, attempts: [...resolutionAttempts, ...split.attempts], upstreamCalls, chunkCalls: split.chunkCalls };
+      return { kind: 'failed', error: split.error, attempts: [...resolutionAttempts, ...split.attempts], ...counts };
   }
 }
 
@@ -112,9 +125,10 @@ export async function runLogsCall(query: LogsQuery, call: PreparedCall, network:
  * logs are the logs its criteria match, with tags read at the time of the call, as nodes do.
  */
 export async function runFilterLogsCall(call: PreparedCall, network: NetworkRuntime, criteriaOf: (filterId: unknown) => unknown, forwardChunk: ForwardChunk): Promise<LogsOutcome> {
-  const pinned = await forwardChunk(call);
-  const pinnedCalls = upstreamCallsOf(pinned);
-  const unchanged: LogsOutcome = { ...pinned, upstreamCalls: pinnedCalls, chunkCalls: 1 };
+  const step = await forwardChunk(call);
+  const pinnedCalls = upstreamCallsOf(step);
+  const pinned = asForwardOutcome(step);
+  const unchanged: LogsOutcome = { ...pinned, upstreamCalls: pinnedCalls, chunkCalls: 1, cachedChunks: 0 };
   if (pinned.kind !== 'failed' || !pinned.attempts.some((attempt) => attempt.reason === LOGS_TOO_LARGE)) return unchanged;
   const params = call.kind === 'pass-through' ? call.params : undefined;
   const criteria = Array.isArray(params) ? criteriaOf(params[0]) : undefined;
@@ -123,7 +137,7 @@ export async function runFilterLogsCall(call: PreparedCall, network: NetworkRunt
   try {
     query = parseLogsQuery([criteria], network.config.getLogs);
   } catch (error) {
-    if (error instanceof GatewayError) return { kind: 'failed', error, attempts: pinned.attempts, upstreamCalls: pinnedCalls, chunkCalls: 1 };
+    if (error instanceof GatewayError) return { kind: 'failed', error, attempts: pinned.attempts, upstreamCalls: pinnedCalls, chunkCalls: 1, cachedChunks: 0 };
     throw error;
   }
   const asLogs: PreparedCall = { kind: 'logs', method: 'eth_getLogs', cost: call.cost, params: [criteria], query };
@@ -141,8 +155,10 @@ class ResolutionFailure {
  * said so (by the attempt policy's reason, or an error passed through with such words) — a
  * smaller range may then be served, even by an upstream that failed otherwise.
  */
-function chunkOutcomeOf(outcome: ForwardOutcome): ChunkRun['outcome'] {
+function chunkOutcomeOf(outcome: StepOutcome): ChunkRun['outcome'] {
   switch (outcome.kind) {
+    case 'cached':
+      return { kind: 'logs', bytes: outcome.resultBytes, upstream: undefined };
     case 'result':
       return { kind: 'logs', bytes: outcome.resultBytes, upstream: outcome.upstream };
     case 'rpc-error':
