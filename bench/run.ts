@@ -41,6 +41,7 @@ import { cpuSeconds, rssBytes } from './proc-stats.js';
 import { findWrk, prepareWrk, runWrk } from './wrk.js';
 import { formatWsFanout, runWsFanout, WS_FANOUT_SCENARIO } from './ws-fanout.js';
 import { formatLogsSplit, LOGS_SPLIT_SCENARIO, runLogsSplit } from './logs-split.js';
+import { CACHE_SCENARIO, formatCacheScenarios, runCacheScenarios } from './cache-scenarios.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI = join(ROOT, 'dist', 'cli.js');
@@ -949,6 +950,9 @@ async function main(): Promise<void> {
   // The eth_getLogs split (bench/logs-split.ts) starts its own anvil and gateway too.
   const logsSplit = () => runLogsSplit({ calls: flags.quick ? 10 : 30 }).then(formatLogsSplit);
   if (flags.only !== undefined && LOGS_SPLIT_SCENARIO.includes(flags.only)) return void console.log(await logsSplit());
+  // The response cache's own scenarios (bench/cache-scenarios.ts) start their own anvil, Redis and gateways.
+  const cacheScenarios = () => runCacheScenarios({ seconds: flags.quick ? 3 : 10 }).then(formatCacheScenarios);
+  if (flags.only !== undefined && CACHE_SCENARIO.includes(flags.only)) return void console.log(await cacheScenarios());
   // Per run 12 scenario pairs (2 warm-ups + 2 × PAIRS rounds, each with a moment to start the load
   // generator) and one gateway-only row; plus start-up, warm-up and the Redis cost rounds.
   const perRunS = 12 * (2 * WARMUP_S + 2 * PAIRS * (ROUND_S + 0.5)) + WARMUP_S + DURATION_S;
@@ -1171,6 +1175,7 @@ async function main(): Promise<void> {
   clearTimeout(watchdog);
   if (selected(WS_FANOUT_SCENARIO)) console.log(`\n${await wsFanout()}`);
   if (selected(LOGS_SPLIT_SCENARIO)) console.log(`\n${await logsSplit()}`);
+  if (selected(CACHE_SCENARIO)) console.log(`\n${await cacheScenarios()}`);
 
   if (flags.only !== undefined) {
     for (const [index, { rows }] of runs.entries()) {

@@ -5,7 +5,7 @@
 // hydrated → non-hydrated mapping, and the byte-bounded LRU on its own.
 
 import { afterEach, describe, expect, it } from 'vitest';
-import { createBlockCache } from '../src/cache/block-cache.js';
+import { createBlockCache } from '../src/cache/memory-tier.js';
 import { utcDay } from '../src/metering/meter.js';
 import { directRpc, useSeededAnvil } from './helpers/anvil.js';
 import { rpc, startTestGateway, type TestGateway } from './helpers/gateway.js';

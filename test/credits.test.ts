@@ -796,10 +796,17 @@ describe('reserve, then settle or refund', () => {
     expect(creditsRemaining(res.headers)).toBe(20);
     expect(await ledger(tg.store, tg.team.id, today())).toEqual({ credits: 80, requests: 1, teamUsed: 80 });
 
-    // The refunded credits can be spent: two 10-credit reservations fit in the 20 left.
-    const both = await Promise.all([rpc(tg.url('eth'), call('eth_blockNumber', 1)), rpc(tg.url('eth'), call('eth_blockNumber', 2))]);
+    // The refunded credits can be spent: two 10-credit reservations fit in the 20 left. Both are
+    // held while the upstream waits, and the two identical realtime calls share its one call.
+    gate = openable();
+    const pair = Promise.all([rpc(tg.url('eth'), call('eth_blockNumber', 1)), rpc(tg.url('eth'), call('eth_blockNumber', 2))]);
+    while ((await ledger(tg.store, tg.team.id, today())).teamUsed < 100) await new Promise((resolve) => setImmediate(resolve));
+    await upstreamReceived(before + 2);
+    gate.resolve();
+    const both = await pair;
     expect(both.map((r) => r.status)).toEqual([502, 502]);
-    expect(upstream.calls).toHaveLength(before + 3);
+    expect(both.map((r) => creditsCost(r.headers))).toEqual([0, 0]);
+    expect(upstream.calls).toHaveLength(before + 2);
     expect(await ledger(tg.store, tg.team.id, today())).toEqual({ credits: 80, requests: 1, teamUsed: 80 });
   });
 });

@@ -17,6 +17,7 @@ import { issueKey } from '../src/admin/key-issuer.js';
 import { startAnvil, type AnvilNode } from '../src/devnet/anvil.js';
 import { utcDay } from '../src/metering/meter.js';
 import { directRpc } from './helpers/anvil.js';
+import { untilFinalized } from './helpers/cache-chain.js';
 import { buildEmittingChain, LOG_EMITTER_ABI as ABI, PING_TOPIC as PING, PONG_TOPIC as PONG } from './helpers/log-emitter.js';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
 import { startScriptedUpstream, type ReceivedCall, type RpcItem, type ScriptedBehaviour, type ScriptedUpstream } from './helpers/scripted-upstream.js';
@@ -41,6 +42,9 @@ let denseFrom: number;
 let head: number;
 let a: ScriptedUpstream;
 let b: ScriptedUpstream;
+/** The same two caps in front of anvil for the probed network (so its probes do not mix with a's and b's calls). */
+let probedA: ScriptedUpstream;
+let probedB: ScriptedUpstream;
 let tg: TestGateway;
 /** Chunk ranges that fail on both upstreams (HTTP 500), set by a test. */
 const brokenFrom = new Set<number>();
@@ -109,6 +113,8 @@ beforeAll(async () => {
   b = await startScriptedUpstream(
     cappedProxy(B_RANGE, { code: -32602, message: 'You can make eth_getLogs requests with up to a 500 block range. Based on your parameters, this block range should work: [0x0, 0x1f3]' }),
   );
+  probedA = await startScriptedUpstream(cappedProxy(A_RANGE, { code: -32614, message: `eth_getLogs is limited to a ${A_RANGE} range` }));
+  probedB = await startScriptedUpstream(cappedProxy(B_RANGE, { code: -32602, message: 'You can make eth_getLogs requests with up to a 500 block range.' }));
   const upstream = (id: string, url: string, maxRange?: number) => ({ id, url, ...(maxRange === undefined ? {} : { getLogs: { maxRange } }) });
   tg = await startTestGateway({
     networks: [
@@ -116,6 +122,8 @@ beforeAll(async () => {
       { id: 'eth', kind: 'evm', chainId: 31337, hedge: { enabled: false }, getLogs: { maxRange: 2_500, concurrency: 4 }, upstreams: [upstream('a', a.url, A_RANGE), upstream('b', b.url, B_RANGE)] },
       // Caps unknown to the gateway: the upstreams' refusals alone drive the bisection.
       { id: 'blind', kind: 'evm', chainId: 31337, hedge: { enabled: false }, getLogs: { maxRange: 0 }, upstreams: [upstream('a', a.url), upstream('b', b.url)] },
+      // Probed (finality known), so finalized chunks are kept by the response cache.
+      { id: 'cached', kind: 'evm', chainId: 31337, hedge: { enabled: false }, healthCheck: { intervalMs: 100, timeoutMs: 2_000 }, getLogs: { maxRange: 2_500 }, upstreams: [upstream('a', probedA.url, A_RANGE), upstream('b', probedB.url, B_RANGE)] },
       { id: 'tight', kind: 'evm', chainId: 31337, hedge: { enabled: false }, getLogs: { maxRange: 50, maxAddresses: 2, maxTopics: 3 }, upstreams: [upstream('a', a.url, A_RANGE)] },
     ],
   });
@@ -125,6 +133,8 @@ afterAll(async () => {
   await tg?.close();
   await a?.close();
   await b?.close();
+  await probedA?.close();
+  await probedB?.close();
   await node?.stop();
 });
 
@@ -153,20 +163,22 @@ describe('eth_getLogs at any range on anvil', () => {
     expect(lastLogLine()).toMatchObject({ methods: ['eth_getLogs'], upstreamCalls: 20, credits: PRICE });
   });
 
-  it('2. overlapping windows of two clients ask upstreams for the same aligned chunks', async () => {
+  it('2. overlapping windows of two clients share their aligned finalized chunks: the second asks upstreams only for the chunks the first did not cover', async () => {
+    await untilFinalized(tg, 'cached', 'a', 1_000);
+    await untilFinalized(tg, 'cached', 'b', 1_000);
     const other = await issueKey(tg.store, { teamId: tg.team.id });
     const first = { from: 250, to: 749 };
     const second = { from: 420, to: 999 };
+    const filterOf = (window: { from: number; to: number }) => ({ address: contract, fromBlock: hex(window.from), toBlock: hex(window.to) });
+    const [a, b] = [probedA, probedB];
     const mark = { a: a.calls.length, b: b.calls.length };
-    const one = await rpc(tg.url('eth'), call('eth_getLogs', [{ address: contract, fromBlock: hex(first.from), toBlock: hex(first.to) }]));
+    const one = await rpc(tg.url('cached'), call('eth_getLogs', [filterOf(first)]));
     const middle = { a: a.calls.length, b: b.calls.length };
-    const two = await rpc(tg.url('eth', other.secret), call('eth_getLogs', [{ address: contract, fromBlock: hex(second.from), toBlock: hex(second.to) }]));
-    expect(one.body.result).toEqual(await directRpc(node.url, 'eth_getLogs', [{ address: contract, fromBlock: hex(first.from), toBlock: hex(first.to) }]));
-    expect(two.body.result).toEqual(await directRpc(node.url, 'eth_getLogs', [{ address: contract, fromBlock: hex(second.from), toBlock: hex(second.to) }]));
+    const two = await rpc(tg.url('cached', other.secret), call('eth_getLogs', [filterOf(second)]));
+    expect(one.body.result).toEqual(await directRpc(node.url, 'eth_getLogs', [filterOf(first)]));
+    expect(two.body.result).toEqual(await directRpc(node.url, 'eth_getLogs', [filterOf(second)]));
     const sorted = (list: Array<{ from: number; to: number }>) => list.sort((x, y) => x.from - y.from);
-    const firstChunks = sorted([...logsCalls(a, mark.a, middle.a), ...logsCalls(b, mark.b, middle.b)]);
-    const secondChunks = sorted([...logsCalls(a, middle.a), ...logsCalls(b, middle.b)]);
-    expect(firstChunks).toEqual([
+    expect(sorted([...logsCalls(a, mark.a, middle.a), ...logsCalls(b, mark.b, middle.b)])).toEqual([
       { from: 250, to: 299 },
       { from: 300, to: 399 },
       { from: 400, to: 499 },
@@ -174,11 +186,49 @@ describe('eth_getLogs at any range on anvil', () => {
       { from: 600, to: 699 },
       { from: 700, to: 749 },
     ]);
-    // The whole chunks inside both windows are the very same ranges, so one cache entry serves both.
-    const whole = (list: Array<{ from: number; to: number }>) => list.filter((chunk) => chunk.to - chunk.from + 1 === 100).map((chunk) => chunk.from);
-    expect(whole(secondChunks)).toEqual([500, 600, 700, 800, 900]);
-    expect(secondChunks[0]).toEqual({ from: 420, to: 499 });
-    expect(whole(firstChunks).filter((start) => whole(secondChunks).includes(start))).toEqual([500, 600]);
+    // 500-599 and 600-699 are the same aligned chunks in both windows: answered by the cache.
+    expect(sorted([...logsCalls(a, middle.a), ...logsCalls(b, middle.b)])).toEqual([
+      { from: 420, to: 499 },
+      { from: 700, to: 799 },
+      { from: 800, to: 899 },
+      { from: 900, to: 999 },
+    ]);
+    expect(lastLogLine()).toMatchObject({ methods: ['eth_getLogs'], upstreamCalls: 4, cache: 'miss', credits: PRICE });
+    // The same window again: every chunk from the cache, no upstream call, the price once.
+    const before = { a: a.calls.length, b: b.calls.length };
+    const again = await rpc(tg.url('cached', other.secret), call('eth_getLogs', [filterOf(second)]));
+    expect(again.body.result).toEqual(two.body.result);
+    expect(logsCalls(a, before.a).length + logsCalls(b, before.b).length).toBe(0);
+    expect(again.headers.get('x-cache')).toBe('hit');
+    expect(again.headers.get('x-credits-cost')).toBe(String(PRICE));
+    expect(lastLogLine()).toMatchObject({ upstreamCalls: 0 });
+
+    // Past the finalized block nothing is kept: a window over the head asks again for its
+    // unfinalized tail (and for finalized chunks without logs, which the cache keeps only once the
+    // answering upstream's head is past them), never for a finalized chunk it answered with logs.
+    const finalized = num(((await directRpc(node.url, 'eth_getBlockByNumber', ['finalized', false])) as { number: string }).number);
+    await untilFinalized(tg, 'cached', 'a', finalized);
+    await untilFinalized(tg, 'cached', 'b', finalized);
+    const tip = filterOf({ from: Math.floor(denseFrom / 100) * 100 - 200, to: head });
+    const tipMark = { a: a.calls.length, b: b.calls.length };
+    const firstTip = await rpc(tg.url('cached'), call('eth_getLogs', [tip]));
+    expect(firstTip.body.result).toEqual(await directRpc(node.url, 'eth_getLogs', [tip]));
+    const againMark = { a: a.calls.length, b: b.calls.length };
+    const secondTip = await rpc(tg.url('cached'), call('eth_getLogs', [tip]));
+    expect(secondTip.body.result).toEqual(firstTip.body.result);
+    const logsIn = async (chunk: { from: number; to: number }) => ((await directRpc(node.url, 'eth_getLogs', [filterOf(chunk)])) as unknown[]).length;
+    const askedFirst = [...logsCalls(a, tipMark.a, againMark.a), ...logsCalls(b, tipMark.b, againMark.b)];
+    const askedAgain = [...logsCalls(a, againMark.a), ...logsCalls(b, againMark.b)];
+    expect(askedAgain.some((chunk) => chunk.to === head)).toBe(true);
+    // Asked again below the finalized block: only chunks without logs, or ones refused as too large (a refusal is not kept).
+    for (const chunk of askedAgain) {
+      if (chunk.to > finalized) continue;
+      const count = await logsIn(chunk);
+      expect(count === 0 || count > MAX_RESULTS, `${JSON.stringify(chunk)}: ${count} logs`).toBe(true);
+    }
+    const keptWithLogs = [];
+    for (const chunk of askedFirst) if (chunk.to <= finalized && (await logsIn(chunk)) > 0 && (await logsIn(chunk)) <= MAX_RESULTS) keptWithLogs.push(chunk);
+    expect(keptWithLogs.length).toBeGreaterThan(0);
   });
 
   it('3. a chunk with too many results is bisected; the merged answer is still exact', async () => {

@@ -47,7 +47,8 @@ export type PreparedCall = (
   | { kind: 'local'; method: string; cost: number; result: unknown }
   /** `eth_getLogs` over a range: checked against the network's limits, split by the logs route. */
   | { kind: 'logs'; method: 'eth_getLogs'; cost: number; params: unknown; query: LogsQuery }
-  | { kind: 'pass-through'; method: string; cost: number; params: unknown }
+  /** `verification`: set for `eth_getBlockByNumber`, whose answers are checked like every block answer. */
+  | { kind: 'pass-through'; method: string; cost: number; params: unknown; verification?: BlockVerification }
 ) & {
   /**
    * The ids of the upstreams that serve this method, when some of the network's upstreams deny it
@@ -72,6 +73,10 @@ const BUILT_IN: Record<NetworkKind, Record<string, (network: NetworkConfig) => P
         verification: network.verification,
         fetchHydrated: query.hydrated || network.verification === 'full',
       };
+    },
+    eth_getBlockByNumber: (network) => {
+      const forward = passThrough('eth_getBlockByNumber');
+      return (params, cost) => ({ ...forward(params, cost), verification: network.verification });
     },
     // Answered from config: ethers and viem ask for the chain id before anything else.
     eth_chainId: (network) => {
@@ -231,7 +236,23 @@ export function upstreamParams(call: PreparedCall, upstream: UpstreamConfig): un
  * whether it is believed is the null-confirmation policy's business.
  */
 export function resultCheckOf(call: PreparedCall): ((result: unknown) => Promise<string | undefined> | undefined) | undefined {
+  if (call.kind === 'pass-through' && call.verification !== undefined && call.verification !== 'off') return blockByNumberCheck(call.params);
   if (call.kind !== 'block') return undefined;
   const { query, verification } = call;
   return (result) => (result === null ? undefined : verifyBlock(result, query.hash, verification));
+}
+
+/**
+ * An `eth_getBlockByNumber` answer: its header must hash to its own `hash` field (the body is
+ * checked by hash elsewhere), and it must be the block of the number asked for.
+ */
+function blockByNumberCheck(params: unknown): (result: unknown) => Promise<string | undefined> | undefined {
+  const asked = Array.isArray(params) && typeof params[0] === 'string' && /^0x[0-9a-fA-F]{1,13}$/.test(params[0]) ? Number.parseInt(params[0].slice(2), 16) : undefined;
+  return (result) => {
+    if (result === null) return undefined;
+    const { hash, number } = (result ?? {}) as { hash?: unknown; number?: unknown };
+    if (typeof hash !== 'string') return Promise.resolve('block without a hash');
+    if (asked !== undefined && (typeof number !== 'string' || Number.parseInt(number.slice(2), 16) !== asked)) return Promise.resolve('block number mismatch');
+    return verifyBlock(result, hash.toLowerCase(), 'header');
+  };
 }

@@ -6,6 +6,7 @@ import { clockFrom, type Clock } from './clock.js';
 import { createFilterCalls } from './filter-calls.js';
 import { createFilterIds, type FilterIds } from './filter-ids.js';
 import { startHealthProber, type HealthProber } from './health-prober.js';
+import { createFinalityProbe, type BlockHeader, type HeaderFetcher } from './finality-probe.js';
 import { circuitBreakerPolicy } from './policies/circuit-breaker.js';
 import { failoverPolicy } from './policies/failover.js';
 import { hedgePolicy, type HedgeResult } from './policies/hedge.js';
@@ -56,6 +57,8 @@ export interface Forwarder {
   hasHealthyUpstream(): boolean;
   /** Probes every upstream now (also runs on the configured interval). */
   probeAll(): Promise<void>;
+  /** What the health probes last said of an upstream: its head and finalized block (or slot). */
+  finalityOf(upstreamId: string): { head: number | undefined; finalized: number | undefined };
   close(): Promise<void>;
 }
 
@@ -74,6 +77,8 @@ export interface ForwarderOptions {
   random?: () => number;
   /** The filter ids' codec (its secret shared by every replica); without it, a random secret of this process. */
   filterIds?: FilterIds;
+  /** Told each verified finalized header a probe reads (the response cache's canonical chain). */
+  onFinalized?: (network: string, upstream: string, header: BlockHeader, fetchHeader: HeaderFetcher) => Promise<void>;
 }
 
 /** Calls made without a caller (internal ones) share one scope. */
@@ -139,6 +144,20 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
   const transactions = createTransactionCalls(statefulDeps);
 
   const probeTimeout = timeoutPolicy(clock);
+  const probeSend = (upstream: RoutedUpstream, method: string, params: unknown[], timeoutMs: number) =>
+    // The probe's deadline bounds it (together with the upstream's own timeoutMs).
+    probeTimeout((target, _execution, signal) => byId.get(target.id)!.send(method, params, signal, false))(
+      upstream,
+      probeExecution(method, clock.now() + timeoutMs),
+      new AbortController().signal,
+    );
+  const onFinalized = options.onFinalized;
+  const finalityProbe = createFinalityProbe({
+    kind: network.kind,
+    depth: network.finality.depth,
+    send: (upstream, method, params) => probeSend(upstream, method, params, network.healthCheck.timeoutMs),
+    onFinalized: onFinalized === undefined ? undefined : (upstream, header, fetchHeader) => onFinalized(network.id, upstream.id, header, fetchHeader),
+  });
   const prober: HealthProber | undefined = probing
     ? startHealthProber(
         upstreams,
@@ -148,14 +167,9 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
           method: network.healthCheck.method ?? DEFAULT_PROBE_METHOD[network.kind],
         },
         clock,
-        (upstream, method, timeoutMs) =>
-          // The probe's deadline bounds it (together with the upstream's own timeoutMs).
-          probeTimeout((target, _execution, signal) => byId.get(target.id)!.send(method, [], signal, false))(
-            upstream,
-            probeExecution(method, clock.now() + timeoutMs),
-            new AbortController().signal,
-          ),
+        (upstream, method, timeoutMs) => probeSend(upstream, method, [], timeoutMs),
         (upstream, outcome) => observe.probe?.(network.id, upstream.id, outcome),
+        finalityProbe,
       )
     : undefined;
 
@@ -165,6 +179,10 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     hasHealthyUpstream: () => upstreams.some((upstream) => upstream.health.isHealthy()),
     probeAll: () => prober?.probeAll() ?? Promise.resolve(),
     filterCriteria: (caller, filterId) => filters.criteriaOf(caller.keyId, filterId),
+    finalityOf(upstreamId) {
+      const health = byId.get(upstreamId)?.health;
+      return { head: health?.head, finalized: health?.finalized };
+    },
     close: async () => {
       prober?.stop();
       await Promise.all(upstreams.map((upstream) => upstream.close()));

@@ -28,7 +28,10 @@ export interface RequestContext {
   creditsCharged: number;
   /** The team's spend today as last seen by this request's ledger operations. */
   teamUsed?: number;
-  cache?: 'hit' | 'miss';
+  /** What the response cache did for the call: answered it, missed, or was told not to read (`Cache-Control: no-cache`). */
+  cache?: 'hit' | 'miss' | 'bypass';
+  /** The client sent `Cache-Control: no-cache`: answers come from an upstream (and refresh the cache). */
+  skipCacheRead: boolean;
   upstream?: string;
   /** Upstream calls made for split calls (`eth_getLogs` at a range), all of the request's together. */
   upstreamCalls: number | undefined;
@@ -82,6 +85,7 @@ export function createRequestContext(requestId: string, socket?: Socket, respons
     creditsCharged: 0,
     teamUsed: undefined,
     cache: undefined,
+    skipCacheRead: false,
     upstream: undefined,
     upstreamCalls: undefined,
     attempts: [],

@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders, IncomingMessage, ServerOptions, ServerResponse } from 'node:http';
+import { asksNoCache } from '../cache/cache-control.js';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
@@ -257,6 +258,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
       return reject(res, ctx, new GatewayError('TG_ERR_MISSING_KEY'));
     }
     const apiKey = resolved.value.apiKey;
+    ctx.skipCacheRead = asksNoCache(headers['cache-control']);
     if (!isJsonContentType(headers['content-type'])) {
       return reject(res, ctx, new GatewayError('TG_ERR_MEDIA_TYPE'));
     }
