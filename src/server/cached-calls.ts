@@ -56,7 +56,7 @@ export interface CachedCallsDeps {
 export interface CachedCalls {
   forward(call: Extract<PreparedCall, { kind: 'pass-through' }>, plan: CachePlan, network: NetworkRuntime, deadline: number, keyId: string, readCache: boolean): Promise<Answer>;
   /** One step of a split `eth_getLogs` call (a chunk, a tag lookup), through the cache when it is a chunk over numbers. */
-  logsStep(step: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string, readCache: boolean): Promise<StepOutcome>;
+  logsStep(step: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string, readCache: boolean, onPlanned?: () => void): Promise<StepOutcome>;
 }
 
 export function createCachedCalls(deps: CachedCallsDeps): CachedCalls {
@@ -122,10 +122,13 @@ export function createCachedCalls(deps: CachedCallsDeps): CachedCalls {
    * (the cache's own rules). Everything else (tag lookups, a pinned `eth_getFilterLogs`) goes to the
    * failsafe chain. Chunks are not coalesced: the splitter already bounds their concurrency.
    */
-  async function logsStep(step: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string, readCache: boolean): Promise<StepOutcome> {
-    const plan = step.kind === 'pass-through' && step.method === 'eth_getLogs' ? cache.plan(network.config, step.method, step.params, finalizedOf(network)) : undefined;
-    if (plan === undefined || step.kind !== 'pass-through') return network.forwarder.forward(step, deadline, { keyId });
-    const sent = plan.params === step.params ? step : { ...step, params: plan.params };
+  async function logsStep(step: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string, readCache: boolean, onPlanned?: () => void): Promise<StepOutcome> {
+    // A chunk is a pass-through call; a `blockHash` call is the client's own `logs` call, pinned by its hash.
+    const isLogsCall = (step.kind === 'pass-through' || step.kind === 'logs') && step.method === 'eth_getLogs';
+    const plan = isLogsCall ? cache.plan(network.config, step.method, step.params, finalizedOf(network)) : undefined;
+    if (plan === undefined) return network.forwarder.forward(step, deadline, { keyId });
+    onPlanned?.();
+    const sent = plan.params === (step as { params: unknown }).params ? step : { ...step, params: plan.params };
     const outcome = await cache.through(plan, readerOf(network), { memory: readCache, shared: readCache }, async () => {
       const forwarded = await network.forwarder.forward(sent, deadline, { keyId });
       const finality = forwarded.kind === 'result' ? network.forwarder.finalityOf(forwarded.upstream) : NO_FINALITY;

@@ -180,15 +180,19 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
    * the metric get the upstream calls it took.
    */
   async function forwardLogs(call: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string, ctx: RequestContext): Promise<Answer> {
-    const forwardChunk = (chunk: PreparedCall) => cachedCalls.logsStep(chunk, network, deadline, keyId, !ctx.skipCacheRead);
+    let planned = false;
+    const forwardChunk = (chunk: PreparedCall) =>
+      cachedCalls.logsStep(chunk, network, deadline, keyId, !ctx.skipCacheRead, () => {
+        planned = true;
+      });
     const outcome =
       call.kind === 'logs'
         ? await runLogsCall(call.query, call, network, forwardChunk)
         : await runFilterLogsCall(call, network, (filterId) => network.forwarder.filterCriteria({ keyId }, filterId), forwardChunk);
     ctx.upstreamCalls = (ctx.upstreamCalls ?? 0) + outcome.upstreamCalls;
     deps.onLogsCall?.(network.config.id, call.method, outcome.upstreamCalls);
-    // X-Cache of a split call: a hit when the cache answered every chunk.
-    if (outcome.kind === 'result' && outcome.chunkCalls > 0) ctx.cache = ctx.skipCacheRead ? 'bypass' : outcome.cachedChunks === outcome.chunkCalls ? 'hit' : 'miss';
+    // X-Cache of a split call, when the cache knew its chunks: a hit only when it answered every one.
+    if (planned) ctx.cache = ctx.skipCacheRead ? 'bypass' : outcome.kind === 'result' && outcome.cachedChunks === outcome.chunkCalls ? 'hit' : 'miss';
     return serialised(outcome);
   }
 
