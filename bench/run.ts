@@ -40,6 +40,7 @@ import { redisCost, redisSnapshot, type RedisCost } from './redis-cost.js';
 import { cpuSeconds, rssBytes } from './proc-stats.js';
 import { findWrk, prepareWrk, runWrk } from './wrk.js';
 import { formatWsFanout, runWsFanout, WS_FANOUT_SCENARIO } from './ws-fanout.js';
+import { formatLogsSplit, LOGS_SPLIT_SCENARIO, runLogsSplit } from './logs-split.js';
 import { CACHE_SCENARIO, formatCacheScenarios, runCacheScenarios } from './cache-scenarios.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -946,6 +947,9 @@ async function main(): Promise<void> {
   // The WebSocket fan-out (bench/ws-fanout.ts) starts its own anvil and gateway: asked for alone, nothing else starts.
   const wsFanout = () => runWsFanout({ subscribers: 1000, blocks: flags.quick ? 20 : 100 }).then(formatWsFanout);
   if (flags.only !== undefined && WS_FANOUT_SCENARIO.includes(flags.only)) return void console.log(await wsFanout());
+  // The eth_getLogs split (bench/logs-split.ts) starts its own anvil and gateway too.
+  const logsSplit = () => runLogsSplit({ calls: flags.quick ? 10 : 30 }).then(formatLogsSplit);
+  if (flags.only !== undefined && LOGS_SPLIT_SCENARIO.includes(flags.only)) return void console.log(await logsSplit());
   // The response cache's own scenarios (bench/cache-scenarios.ts) start their own anvil, Redis and gateways.
   const cacheScenarios = () => runCacheScenarios({ seconds: flags.quick ? 3 : 10 }).then(formatCacheScenarios);
   if (flags.only !== undefined && CACHE_SCENARIO.includes(flags.only)) return void console.log(await cacheScenarios());
@@ -1170,6 +1174,7 @@ async function main(): Promise<void> {
   anvil = undefined;
   clearTimeout(watchdog);
   if (selected(WS_FANOUT_SCENARIO)) console.log(`\n${await wsFanout()}`);
+  if (selected(LOGS_SPLIT_SCENARIO)) console.log(`\n${await logsSplit()}`);
   if (selected(CACHE_SCENARIO)) console.log(`\n${await cacheScenarios()}`);
 
   if (flags.only !== undefined) {

@@ -244,6 +244,7 @@ function buildRpcServer(ctx: StartContext, accounting: Accounting, networkSets: 
     },
     onCacheLookup: (network, hit) => metrics.cacheLookups.add(1, network, 'eth_getBlockByHash', 'memory', hit ? 'hit' : 'miss'),
     onUpstreamCallSaved: (network, method, reason) => metrics.cacheCallsSaved.add(1, network, method, reason),
+    onLogsCall: (network, method, upstreamCalls) => metrics.logsUpstreamCalls.observe(upstreamCalls, network, method),
   });
   const calls = createCallDispatcher({ executor, logger });
   const onFinished = (ctx: Parameters<typeof recordRequest>[0], set: NetworkSet): void => {

@@ -19,8 +19,11 @@ export type AttemptOutcome =
   | { kind: 'result'; resultBytes: Buffer; result?: unknown; durationMs: number }
   /** The upstream's own JSON-RPC error, passed on to the client (and charged). */
   | { kind: 'rpc-error'; error: JsonRpcErrorObject; durationMs: number }
-  /** `detail` says more than the reason where there is more to say (which check a block failed). */
-  | { kind: 'failure'; reason: string; detail?: string; timedOut: boolean; durationMs: number };
+  /**
+   * `detail` says more than the reason where there is more to say (which check a block failed);
+   * `rpcError` is the upstream's own error behind an `rpc_error_*` failure, for policies that read it.
+   */
+  | { kind: 'failure'; reason: string; detail?: string; rpcError?: JsonRpcErrorObject; timedOut: boolean; durationMs: number };
 
 /** What the routing policies need to know of an upstream (an interface, so they test alone). */
 export interface RoutedUpstream {
@@ -118,9 +121,9 @@ function interpretBody(bytes: Buffer, requestId: number, parseResult: boolean, d
     if (error === null || typeof error !== 'object' || typeof error.code !== 'number' || typeof error.message !== 'string') {
       return failure('invalid_response');
     }
-    if (FAILOVER_RPC_CODES.has(error.code)) return failure(`rpc_error_${error.code}`);
     const passed: JsonRpcErrorObject = { code: error.code, message: error.message };
     if (error.data !== undefined) passed.data = error.data;
+    if (FAILOVER_RPC_CODES.has(error.code)) return { kind: 'failure', reason: `rpc_error_${error.code}`, rpcError: passed, timedOut: false, durationMs };
     return { kind: 'rpc-error', error: passed, durationMs };
   }
   if (spans.result === undefined) return failure('invalid_response');

@@ -34,6 +34,8 @@ export interface RequestContext {
   /** The client sent `Cache-Control: no-cache`: answers come from an upstream (and refresh the cache). */
   skipCacheRead: boolean;
   upstream?: string;
+  /** Upstream calls made for split calls (`eth_getLogs` at a range), all of the request's together. */
+  upstreamCalls: number | undefined;
   attempts: Attempt[];
   /** One entry per answered call: its method label (`other` if not offered) and outcome. */
   calls: Array<{ method: string; outcome: string }>;
@@ -88,6 +90,7 @@ export function createRequestContext(requestId: string, socket?: Socket, respons
     cache: undefined,
     skipCacheRead: false,
     upstream: undefined,
+    upstreamCalls: undefined,
     attempts: [],
     calls: [],
     charges: [],
@@ -124,6 +127,7 @@ export function requestLogFields(ctx: RequestContext): Record<string, unknown> {
     credits: ctx.creditsCharged,
     cache: ctx.cache,
     upstream: ctx.upstream,
+    upstreamCalls: ctx.upstreamCalls,
     attempts,
   };
 }
