@@ -1,37 +1,34 @@
-import { write, writeSync } from 'node:fs';
+import { writeSync } from 'node:fs';
 
 /**
  * Where log lines go by default (standard output): the lines logged within BATCH_MS (20 ms) are
- * joined and written with one `write`, at most one write in flight.
+ * joined and written with one synchronous `write`.
  *
- * Why not pino's own destination (sonic-boom): with one line per request it issues a write
- * almost per line while idle, and while a write is in flight it measures the whole pending text
- * (`Buffer.byteLength` of up to 16 KiB) for every line it appends. Both cost more CPU than
- * pino's serialisation of the request line itself (docs/benchmarks.md has the figures). Here a
- * line costs an array push; the join and the system call are shared by all lines of 20 ms.
+ * Why not pino's own destination (sonic-boom, asynchronous): with one line per request it issues
+ * a write almost per line while idle, each a trip through libuv's thread pool, and while a write
+ * is in flight it measures the whole pending text (`Buffer.byteLength` of up to 16 KiB) for every
+ * line it appends. Both cost more CPU than pino's serialisation of the request line itself
+ * (docs/benchmarks.md has the figures). Here a line costs an array push; the join and the system
+ * call are shared by all lines of 20 ms. The write is synchronous so that nothing is ever in
+ * flight: lines stay in order, and at exit whatever is pending is simply written.
  *
- * Lines are kept in order and none is dropped: a write that the descriptor refuses for now
- * (EAGAIN, a full non-blocking pipe) is retried shortly after. At exit, whatever is pending is
- * written synchronously.
+ * None is dropped: what the descriptor refuses for now (EAGAIN, a full non-blocking pipe) is
+ * kept, in order, and retried shortly after.
  */
 export interface LineWriter {
   write(line: string): boolean;
-  /** Calls back once everything logged so far is written (pino's `logger.flush`). */
+  /** Writes what is pending (what a full pipe refuses now is retried later), then calls back (pino's `logger.flush`). */
   flush(callback?: (error?: Error) => void): void;
-  /** Writes everything pending now, blocking (at exit). */
+  /** Writes what is pending now (at exit). */
   flushSync(): void;
 }
 
-const RETRY_AFTER_MS = 10;
-/**
- * Lines wait at most this long to be written, or until {@link WRITE_NOW_BYTES} are pending: a
- * write costs about 20 µs of CPU whatever its size (a trip through libuv's thread pool), so one
- * per turn of the event loop would still cost several µs per line at a few lines per turn.
- */
+/** Lines wait at most this long, or until WRITE_NOW_CHARS are pending. */
 const BATCH_MS = 20;
 const WRITE_NOW_CHARS = 64 * 1024;
+const RETRY_AFTER_MS = 10;
 
-/** Every writer's synchronous flush, run by one exit listener (not one listener per writer). */
+/** Every writer's flush, run by one exit listener (not one listener per writer). */
 const flushesAtExit = new Set<() => void>();
 process.once('exit', () => {
   for (const flush of flushesAtExit) flush();
@@ -40,86 +37,55 @@ process.once('exit', () => {
 export function createLineWriter(fd = 1): LineWriter {
   let pending: string[] = [];
   let pendingChars = 0;
-  /** Bytes of a write that went out in part, written before anything else. */
+  /** Bytes the descriptor did not take yet, written before anything newer. */
   let rest: Buffer | undefined;
-  let writing = false;
-  let scheduled = false;
-  let waiters: Array<(error?: Error) => void> = [];
+  let timer: NodeJS.Timeout | undefined;
 
-  const settled = (error?: Error): void => {
-    if (writing || scheduled || pending.length > 0 || rest !== undefined) return;
-    const called = waiters;
-    waiters = [];
-    for (const waiter of called) waiter(error);
-  };
-
-  const writeOut = (): void => {
-    scheduled = false;
-    if (writing) return;
-    let bytes = rest;
-    rest = undefined;
-    if (bytes === undefined) {
-      if (pending.length === 0) return settled();
-      bytes = Buffer.from(pending.length === 1 ? pending[0]! : pending.join(''));
+  /** Writes what it can; returns an error other than EAGAIN, if any. */
+  const writeOut = (): Error | undefined => {
+    if (timer !== undefined) clearTimeout(timer);
+    timer = undefined;
+    if (pending.length > 0) {
+      const text = pending.length === 1 ? pending[0]! : pending.join('');
+      rest = rest === undefined ? Buffer.from(text) : Buffer.concat([rest, Buffer.from(text)]);
       pending = [];
       pendingChars = 0;
     }
-    writing = true;
-    const chunk = bytes;
-    write(fd, chunk, 0, chunk.length, null, (error, written) => {
-      writing = false;
-      if (error !== null && (error as NodeJS.ErrnoException).code !== 'EAGAIN') {
-        // Nowhere to report a broken log destination but the destination: drop this chunk, go on.
-        return settleAndContinue(error);
-      }
-      const done = error === null ? written : 0;
-      if (done < chunk.length) {
-        rest = chunk.subarray(done);
-        setTimeout(writeOut, error === null ? 0 : RETRY_AFTER_MS).unref();
-        return;
-      }
-      settleAndContinue();
-    });
-  };
-
-  const settleAndContinue = (error?: Error): void => {
-    if (pending.length > 0) writeOut();
-    else settled(error);
-  };
-
-  const flushSync = (): void => {
-    const text = (rest === undefined ? '' : rest.toString()) + pending.join('');
-    rest = undefined;
-    pending = [];
-    pendingChars = 0;
-    const bytes = Buffer.from(text);
-    let offset = 0;
-    for (let attempts = 0; offset < bytes.length && attempts < 1000; attempts += 1) {
+    while (rest !== undefined) {
       try {
-        offset += writeSync(fd, bytes, offset);
+        const written = writeSync(fd, rest);
+        rest = written >= rest.length ? undefined : rest.subarray(written);
       } catch (error) {
-        if ((error as NodeJS.ErrnoException).code !== 'EAGAIN') return;
+        if ((error as NodeJS.ErrnoException).code === 'EAGAIN') {
+          timer = setTimeout(writeOut, RETRY_AFTER_MS).unref();
+          return undefined;
+        }
+        // A broken destination has nowhere to report to but itself: drop this text, go on.
+        rest = undefined;
+        return error as Error;
       }
     }
+    return undefined;
   };
-  flushesAtExit.add(flushSync);
+  flushesAtExit.add(() => {
+    // At exit, EAGAIN cannot wait for a timer: retry a bounded number of times.
+    for (let attempt = 0; attempt < 1000 && (pending.length > 0 || rest !== undefined); attempt += 1) writeOut();
+  });
 
   return {
     write(line) {
       pending.push(line);
       pendingChars += line.length;
-      if (pendingChars >= WRITE_NOW_CHARS && !writing) {
-        writeOut();
-      } else if (!scheduled && !writing) {
-        scheduled = true;
-        setTimeout(writeOut, BATCH_MS).unref();
-      }
+      if (pendingChars >= WRITE_NOW_CHARS) writeOut();
+      else timer ??= setTimeout(writeOut, BATCH_MS).unref();
       return true;
     },
     flush(callback) {
-      if (callback !== undefined) waiters.push(callback);
-      settled();
+      const error = writeOut();
+      callback?.(error);
     },
-    flushSync,
+    flushSync() {
+      writeOut();
+    },
   };
 }
