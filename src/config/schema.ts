@@ -55,6 +55,17 @@ const upstreamSchema = z.strictObject({
   weight: z.number().min(0).default(1),
   /** Methods this upstream does not serve (names or globs); routing skips it for them. See docs/methods.md. */
   methods: z.strictObject({ deny: z.array(methodGlob).default([]) }).prefault({}),
+  /** `eth_getLogs` (docs/logs.md). */
+  getLogs: z
+    .strictObject({
+      /**
+       * Widest block range (toBlock − fromBlock + 1) this upstream answers; wider calls are split
+       * into chunks aligned to multiples of the smallest such range among the network's upstreams.
+       * Unset: no known cap (an upstream's "range too large" answer still bisects the chunk).
+       */
+      maxRange: positiveInt.optional(),
+    })
+    .prefault({}),
 });
 
 const circuitBreakerSchema = z.strictObject({
@@ -183,6 +194,19 @@ const networkSchema = z.strictObject({
    * only after an attempt failed (docs/routing.md#transactions).
    */
   broadcast: z.boolean().default(false),
+  /** `eth_getLogs` and `eth_getFilterLogs` at any range (docs/logs.md). */
+  getLogs: z
+    .strictObject({
+      /** Widest block range a client may ask for, tags resolved first; 0 = unlimited. Wider is `-32602`, uncharged. */
+      maxRange: z.number().int().min(0).default(10_000),
+      /** Most contract addresses one call may name; unset = no limit. More is `-32602`, uncharged. */
+      maxAddresses: positiveInt.optional(),
+      /** Most topic values one call may name, summed over the four positions (each alternative counts); unset = no limit. */
+      maxTopics: positiveInt.optional(),
+      /** Chunks of one split call under way at once. */
+      concurrency: positiveInt.max(64).default(4),
+    })
+    .prefault({}),
 });
 
 const sqliteStoreSchema = z.strictObject({

@@ -5,6 +5,7 @@ import { parseAssetsByGroupParams, serialiseAssetsByGroupParams } from './get-as
 import { CATALOGUE, createDenyRule, type NetworkKind } from './catalogue.js';
 import { globsMatcher } from './method-globs.js';
 import { GatewayError } from '../errors.js';
+import { parseLogsQuery, type LogsQuery } from '../routing/logs-range.js';
 
 /**
  * What the gateway knows about each method a network offers: its cost, how its params are
@@ -44,6 +45,8 @@ export type PreparedCall = (
     }
   | { kind: 'assets'; method: 'getAssetsByGroup'; cost: number; query: ReturnType<typeof parseAssetsByGroupParams> }
   | { kind: 'local'; method: string; cost: number; result: unknown }
+  /** `eth_getLogs` over a range: checked against the network's limits, split by the logs route. */
+  | { kind: 'logs'; method: 'eth_getLogs'; cost: number; params: unknown; query: LogsQuery }
   /** `verification`: set for `eth_getBlockByNumber`, whose answers are checked like every block answer. */
   | { kind: 'pass-through'; method: string; cost: number; params: unknown; verification?: BlockVerification }
 ) & {
@@ -80,6 +83,8 @@ const BUILT_IN: Record<NetworkKind, Record<string, (network: NetworkConfig) => P
       const result = `0x${(network.chainId ?? 0).toString(16)}`;
       return (_params, cost) => ({ kind: 'local', method: 'eth_chainId', cost, result });
     },
+    // Limits are checked here, before anything is reserved: a call over them is uncharged.
+    eth_getLogs: (network) => (params, cost) => ({ kind: 'logs', method: 'eth_getLogs', cost, params, query: parseLogsQuery(params, network.getLogs) }),
     net_version: (network) => {
       const result = String(network.chainId ?? 0);
       return (_params, cost) => ({ kind: 'local', method: 'net_version', cost, result });
@@ -218,6 +223,7 @@ export function upstreamParams(call: PreparedCall, upstream: UpstreamConfig): un
     case 'assets':
       return serialiseAssetsByGroupParams(call.query, upstream.params);
     case 'pass-through':
+    case 'logs':
       return call.params;
     case 'local':
       return undefined;

@@ -172,6 +172,8 @@ export interface GatewayMetrics {
   nullConfirmations: Tally;
   /** Labels: network, method, tier (memory, shared), result (hit, miss). */
   cacheLookups: Tally;
+  /** Labels: network, method. Upstream calls one `eth_getLogs` call took (chunks, bisections, tag resolution). */
+  logsUpstreamCalls: FastHistogram;
   /** Labels: network, method, tier. */
   cacheWrites: Tally;
   /** Labels: network, method, reason (memory, shared, coalesced). */
@@ -285,6 +287,13 @@ export function createMetrics(): GatewayMetrics {
       name: 'tollgate_cache_lookups_total',
       help: 'Response cache lookups by network, method, tier (memory, shared) and result (hit or miss)',
       labelNames: ['network', 'method', 'tier', 'result'],
+      registers,
+    }),
+    logsUpstreamCalls: fastHistogram({
+      name: 'tollgate_logs_upstream_calls',
+      help: 'Upstream calls one eth_getLogs call took: its chunks, bisected halves and tag resolution (0 when every chunk was cached)',
+      labelNames: ['network', 'method'],
+      buckets: [0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
       registers,
     }),
     cacheWrites: tallied({

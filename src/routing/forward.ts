@@ -10,6 +10,7 @@ import { createFinalityProbe, type BlockHeader, type HeaderFetcher } from './fin
 import { circuitBreakerPolicy } from './policies/circuit-breaker.js';
 import { failoverPolicy } from './policies/failover.js';
 import { hedgePolicy, type HedgeResult } from './policies/hedge.js';
+import { LOGS_TOO_LARGE, logsTooLargePolicy } from './policies/logs-too-large.js';
 import { nullConfirmationPolicy, type NullConfirmation } from './policies/null-confirmation.js';
 import { resultCheckPolicy } from './policies/result-check.js';
 import { timeoutPolicy } from './policies/timeout.js';
@@ -21,7 +22,7 @@ import { Upstream, type AttemptOutcome, type RoutedUpstream } from './upstream.j
 /**
  * A network's upstreams behind the failsafe chain (docs/routing.md):
  *
- *   null confirmation → hedge → failover → [each candidate] → circuit breaker → observe → result check → timeout → send
+ *   null confirmation → hedge → failover → [each candidate] → circuit breaker → observe → logs too large → result check → timeout → send
  *
  * Candidates come from the selector (circuit, head lag, latency and errors); the health prober
  * keeps what the selector reads fresh. When every attempt fails the caller gets a `-32603` with
@@ -50,6 +51,8 @@ export interface Forwarder {
   readonly upstreams: readonly Upstream[];
   readonly selector: Selector;
   forward(call: PreparedCall, deadline: number, caller?: Caller): Promise<ForwardOutcome>;
+  /** The criteria of a log filter this process created for the caller (filter-calls.ts), or undefined. */
+  filterCriteria(caller: Caller, filterId: unknown): unknown;
   /** True while at least one upstream's circuit is closed (used by readiness). */
   hasHealthyUpstream(): boolean;
   /** Probes every upstream now (also runs on the configured interval). */
@@ -108,8 +111,9 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     return outcome;
   };
   const attempt = chain<AttemptFn>(
-    circuitBreakerPolicy({ wrongAnswerReasons: new Set([UNVERIFIED]) }),
+    circuitBreakerPolicy({ wrongAnswerReasons: new Set([UNVERIFIED]), answeredReasons: new Set([LOGS_TOO_LARGE]) }),
     observed,
+    logsTooLargePolicy(),
     resultCheckPolicy(UNVERIFIED),
     timeoutPolicy(clock),
   )(send);
@@ -174,6 +178,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     selector,
     hasHealthyUpstream: () => upstreams.some((upstream) => upstream.health.isHealthy()),
     probeAll: () => prober?.probeAll() ?? Promise.resolve(),
+    filterCriteria: (caller, filterId) => filters.criteriaOf(caller.keyId, filterId),
     finalityOf(upstreamId) {
       const health = byId.get(upstreamId)?.health;
       return { head: health?.head, finalized: health?.finalized };

@@ -5,6 +5,7 @@ import type { PreparedCall } from '../methods/registry.js';
 import { headerOf } from '../routing/finality-probe.js';
 import type { ForwardOutcome } from '../routing/forward.js';
 import type { NetworkRuntime } from './network-runtime.js';
+import type { StepOutcome } from './logs-calls.js';
 
 /**
  * The call executor's way through the response cache for calls other than `eth_getBlockByHash`:
@@ -52,9 +53,13 @@ export interface CachedCallsDeps {
   onUpstreamCallSaved?: (network: string, method: string, reason: CacheTier | 'coalesced') => void;
 }
 
-export function createCachedCalls(deps: CachedCallsDeps): {
+export interface CachedCalls {
   forward(call: Extract<PreparedCall, { kind: 'pass-through' }>, plan: CachePlan, network: NetworkRuntime, deadline: number, keyId: string, readCache: boolean): Promise<Answer>;
-} {
+  /** One step of a split `eth_getLogs` call (a chunk, a tag lookup), through the cache when it is a chunk over numbers. */
+  logsStep(step: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string, readCache: boolean, onPlanned?: () => void): Promise<StepOutcome>;
+}
+
+export function createCachedCalls(deps: CachedCallsDeps): CachedCalls {
   const { cache, now } = deps;
   const callFlights = createSingleFlight<Answer>(now);
 
@@ -111,5 +116,31 @@ export function createCachedCalls(deps: CachedCallsDeps): {
     return answer;
   }
 
-  return { forward };
+  /**
+   * One step of a logs call. A chunk (`eth_getLogs` over numbers) goes through the response cache on
+   * its own: a finalized chunk is answered from it or kept in it, the unfinalized tail is neither
+   * (the cache's own rules). Everything else (tag lookups, a pinned `eth_getFilterLogs`) goes to the
+   * failsafe chain. Chunks are not coalesced: the splitter already bounds their concurrency.
+   */
+  async function logsStep(step: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string, readCache: boolean, onPlanned?: () => void): Promise<StepOutcome> {
+    // A chunk is a pass-through call; a `blockHash` call is the client's own `logs` call, pinned by its hash.
+    const isLogsCall = (step.kind === 'pass-through' || step.kind === 'logs') && step.method === 'eth_getLogs';
+    const plan = isLogsCall ? cache.plan(network.config, step.method, step.params, finalizedOf(network)) : undefined;
+    if (plan === undefined) return network.forwarder.forward(step, deadline, { keyId });
+    onPlanned?.();
+    const sent = plan.params === (step as { params: unknown }).params ? step : { ...step, params: plan.params };
+    const outcome = await cache.through(plan, readerOf(network), { memory: readCache, shared: readCache }, async () => {
+      const forwarded = await network.forwarder.forward(sent, deadline, { keyId });
+      const finality = forwarded.kind === 'result' ? network.forwarder.finalityOf(forwarded.upstream) : NO_FINALITY;
+      return { answer: forwarded, bytes: forwarded.kind === 'result' ? forwarded.resultBytes : undefined, finality };
+    });
+    if ('hit' in outcome) {
+      deps.onUpstreamCallSaved?.(network.config.id, plan.method, outcome.tier);
+      return { kind: 'cached', resultBytes: outcome.hit, attempts: [] };
+    }
+    const { answer, bytes } = outcome.fetched;
+    return answer.kind === 'result' && bytes !== undefined ? { ...answer, resultBytes: bytes } : answer;
+  }
+
+  return { forward, logsStep };
 }

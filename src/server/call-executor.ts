@@ -10,6 +10,7 @@ import { nextUtcMidnight, utcDay } from '../metering/meter.js';
 import type { ChargeSubject, KeyWithTeam, LedgerRefusal, LedgerResult } from '../store/index.js';
 import type { RequestContext } from './context.js';
 import type { NetworkRuntime } from './network-runtime.js';
+import { runFilterLogsCall, runLogsCall } from './logs-calls.js';
 
 /**
  * One JSON-RPC call, in two steps so that nothing is charged for an answer no one receives:
@@ -58,6 +59,8 @@ export interface CallExecutorDeps {
   onStoreError?: (error: unknown) => void;
   /** An `eth_getBlockByHash` lookup (the response cache reports the others itself). */
   onCacheLookup?: (network: string, hit: boolean) => void;
+  /** A logs call (`eth_getLogs` at a range) finished, with the upstream calls it took. */
+  onLogsCall?: (network: string, method: string, upstreamCalls: number) => void;
   /** An upstream call a call did not need: answered from a tier, or shared with an identical call in flight. */
   onUpstreamCallSaved?: (network: string, method: string, reason: CacheTier | 'coalesced') => void;
 }
@@ -171,6 +174,28 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     return { ...answer, bytes: dehydrateBlock(answer.block) ?? answer.bytes };
   }
 
+  /**
+   * An `eth_getLogs` call (or an `eth_getFilterLogs` its node declined as too large): split, each
+   * chunk through the forward step on its own (logs-calls.ts), merged. The request's log line and
+   * the metric get the upstream calls it took.
+   */
+  async function forwardLogs(call: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string, ctx: RequestContext): Promise<Answer> {
+    let planned = false;
+    const forwardChunk = (chunk: PreparedCall) =>
+      cachedCalls.logsStep(chunk, network, deadline, keyId, !ctx.skipCacheRead, () => {
+        planned = true;
+      });
+    const outcome =
+      call.kind === 'logs'
+        ? await runLogsCall(call.query, call, network, forwardChunk)
+        : await runFilterLogsCall(call, network, (filterId) => network.forwarder.filterCriteria({ keyId }, filterId), forwardChunk);
+    ctx.upstreamCalls = (ctx.upstreamCalls ?? 0) + outcome.upstreamCalls;
+    deps.onLogsCall?.(network.config.id, call.method, outcome.upstreamCalls);
+    // X-Cache of a split call, when the cache knew its chunks: a hit only when it answered every one.
+    if (planned) ctx.cache = ctx.skipCacheRead ? 'bypass' : outcome.kind === 'result' && outcome.cachedChunks === outcome.chunkCalls ? 'hit' : 'miss';
+    return serialised(outcome);
+  }
+
   /** Validates and prepares; a cache hit or a local answer is known at once, anything else goes upstream. */
   function execute(item: CallItem, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): PendingReply | Promise<PendingReply> {
     let call: PreparedCall;
@@ -244,7 +269,8 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     }
     let outcome: Answer;
     try {
-      outcome = await forward(call, network, deadline, subject.keyId, plan, !ctx.skipCacheRead);
+      const isLogs = call.kind === 'logs' || call.method === 'eth_getFilterLogs';
+      outcome = isLogs ? await forwardLogs(call, network, deadline, subject.keyId, ctx) : await forward(call, network, deadline, subject.keyId, plan, !ctx.skipCacheRead);
     } catch (error) {
       // A bug on the way upstream (params no serialiser can take, say): this call alone fails, its credits go back.
       if (reserved !== undefined) await refund(reservationId, subject, ctx);
@@ -276,7 +302,9 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     return meter.charge(subject).then(
       (charged): Reply => {
         recordCharge(ctx, subject.method, charged.ok ? subject.cost : 0, charged);
-        return charged.ok ? reply : errorReply(reply.id, refusal(charged, subject, now()));
+        if (!charged.ok) return errorReply(reply.id, refusal(charged, subject, now()));
+        (ctx.charged ??= []).push(subject);
+        return reply;
       },
       (error: unknown): Reply => {
         deps.onStoreError?.(error);
@@ -291,6 +319,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
         // A reservation already gone was given back by the stale-reservation sweep: the answer
         // goes out uncharged, and its headers and log say so.
         recordCharge(ctx, pending.subject.method, settled.ok ? pending.subject.cost : 0, settled);
+        if (settled.ok) (ctx.charged ??= []).push(pending.subject);
         return pending.reply;
       },
       (error: unknown): Reply => {

@@ -15,6 +15,7 @@ import { bounded, logScrubber, pathForLog, type Logger } from '../logging/logger
 import { CLIENT_CLOSED_REQUEST, clientGone, createRequestContext, MAX_LOGGED_REASON, requestLogFields, type RequestContext } from './context.js';
 import { abandonBodyRead, BodyTooLargeError, readBody, RequestClosedError } from './request-reader.js';
 import { CLIENT_LEFT, type CallDispatcher } from './call-dispatch.js';
+import { whenWritten } from './answer-delivery.js';
 import type { Meter } from '../metering/meter.js';
 import { utcDay } from '../metering/meter.js';
 import type { KeyWithTeam } from '../store/index.js';
@@ -434,7 +435,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     socket[PENDING_REQUEST] = ctx;
     const networks = deps.acquireNetworks();
     handle(req, headers, res, ctx, networks).then(
-      () => finish(req, headers, ctx, networks),
+      () => whenWritten(res, ctx, deps.meter, logger, () => finish(req, headers, ctx, networks)),
       (error: unknown) => {
         // Nothing here may throw: it would be an unhandled rejection, which ends the process.
         try {
@@ -449,7 +450,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
           logger.error({ err: failure, requestId: ctx.requestId }, 'request failed unexpectedly');
           res.destroy();
         }
-        finish(req, headers, ctx, networks);
+        whenWritten(res, ctx, deps.meter, logger, () => finish(req, headers, ctx, networks));
       },
     );
   }) as RpcHandler;
