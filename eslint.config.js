@@ -2,7 +2,8 @@ import eslint from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/', 'node_modules/', 'coverage/', 'data/'] },
+  // src/jsonrpc/wasm is AssemblyScript (compiled to WebAssembly by asc, not by tsc).
+  { ignores: ['dist/', 'node_modules/', 'coverage/', 'data/', 'src/jsonrpc/wasm/'] },
   eslint.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -16,8 +16,8 @@ const { values } = parseArgs({
     anvil: { type: 'string' },
     hash: { type: 'string' },
     port: { type: 'string' },
-    // Also send the four headers the gateway's contract puts on every cache hit (DESIGN §2), with
-    // values of the same length: the ceiling for a server that must send them.
+    // Also send the four headers the gateway puts on every cache hit (X-Request-Id, X-Credits-*,
+    // X-Cache), with values of the same length: the ceiling for a server that must send them.
     'gateway-headers': { type: 'boolean', default: false },
   },
 });

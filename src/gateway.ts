@@ -5,7 +5,8 @@ import { createAdminHandler, adminApiRoutes } from './admin/admin-server.js';
 import { createAdminService, type AdminService } from './admin/admin-service.js';
 import { createAuthenticator, type Authenticator } from './auth/authenticator.js';
 import { compileKeyPolicy, createJwtCache } from './auth/key-policy.js';
-import { createBlockCache, createDisabledBlockCache, type BlockCache } from './cache/block-cache.js';
+import { createResponseCacheFor } from './cache/cache-setup.js';
+import type { ResponseCache } from './cache/response-cache.js';
 import { collectConfigSecrets } from './config/secrets.js';
 import { createDisposerStack, type DisposerStack } from './lifecycle/disposer-stack.js';
 import { createLogger, logScrubber, type Logger } from './logging/logger.js';
@@ -25,6 +26,7 @@ import { createCallDispatcher } from './server/call-dispatch.js';
 import { closeServer, listen, originOf } from './server/listener.js';
 import { buildNetworkSet, type NetworkSet } from './server/network-runtime.js';
 import { createRpcHandler, rpcServerOptions } from './server/rpc-handler.js';
+import { jsonValidatorEngine } from './jsonrpc/envelope-scanner.js';
 import { openStore, type Store } from './store/index.js';
 import { createSubscriptionHub, type SubscriptionHub } from './websocket/subscription-hub.js';
 import { connectUpstreamSocket } from './websocket/upstream-socket.js';
@@ -118,8 +120,16 @@ async function openGatewayStore(ctx: StartContext): Promise<Store> {
   return store;
 }
 
+/** The response cache (in process, and in Redis with `cache.shared`), its shared tier connected (or given up on) before serving. */
+async function buildResponseCache(ctx: StartContext): Promise<ResponseCache> {
+  const cache = createResponseCacheFor(ctx.config.cache, { now: ctx.now, logger: ctx.logger, metrics: ctx.metrics });
+  ctx.disposers.defer('response cache', () => cache.close());
+  await cache.connected();
+  return cache;
+}
+
 /** The networks (upstream pools, health probes) behind a holder that reloads swap. */
-async function buildNetworks(ctx: StartContext, store: Store): Promise<{ networkSets: NetworkSetHolder; reloader: ConfigReloader }> {
+async function buildNetworks(ctx: StartContext, store: Store, cache: ResponseCache): Promise<{ networkSets: NetworkSetHolder; reloader: ConfigReloader }> {
   const { config, metrics } = ctx;
   // Filter ids are checked with one secret on every replica (docs/routing.md#filters).
   const filterIds = createFilterIds(config.filters.idSecret ?? (await store.sharedSecret(FILTER_ID_SECRET, randomBytes(32).toString('hex'))));
@@ -127,6 +137,8 @@ async function buildNetworks(ctx: StartContext, store: Store): Promise<{ network
     buildNetworkSet(source, {
       now: ctx.now,
       filterIds,
+      // Finalized headers the probes read feed the cache's canonical chain (reorgs below finality).
+      onFinalized: (network, _upstream, header, fetchHeader) => cache.chain(network).observe(header, fetchHeader),
       observe: {
         attempt(network, upstream, outcome) {
           const label = outcome.kind === 'failure' ? outcome.reason : outcome.kind === 'result' ? 'result' : 'rpc_error';
@@ -155,11 +167,11 @@ interface Accounting {
   authenticator: Authenticator;
   selfService: SelfService;
   meter: Meter;
-  cache: BlockCache;
+  cache: ResponseCache;
 }
 
-/** Who may call (keys, JWTs), what it costs (the meter, quota alerts) and the block cache. */
-function buildAccounting(ctx: StartContext, store: Store): Accounting {
+/** Who may call (keys, JWTs), what it costs (the meter, quota alerts), and the response cache beside them. */
+function buildAccounting(ctx: StartContext, store: Store, cache: ResponseCache): Accounting {
   const { config, now, metrics } = ctx;
   const jwtCache = createJwtCache(config.auth.jwtCacheMaxEntries);
   const authenticator = createAuthenticator(store, {
@@ -183,10 +195,6 @@ function buildAccounting(ctx: StartContext, store: Store): Accounting {
   });
   // Key event checks and the portal listener (started once the admin listener is up); closing also ends webhook deliveries.
   ctx.disposers.defer('self-service', () => selfService.close());
-  const cache =
-    config.cache.maxBytes > 0
-      ? createBlockCache({ maxBytes: config.cache.maxBytes, onEvict: () => metrics.cacheEvictions.inc() })
-      : createDisabledBlockCache();
   return { authenticator, selfService, meter, cache };
 }
 
@@ -240,7 +248,9 @@ function buildRpcServer(ctx: StartContext, accounting: Accounting, networkSets: 
       metrics.storeErrors.inc();
       if (shouldLogStoreError()) logger.error({ err: error }, 'the store is unreachable; answering per the store failure policy');
     },
-    onCacheLookup: (network, hit) => metrics.cacheLookups.add(1, network, hit ? 'hit' : 'miss'),
+    onCacheLookup: (network, hit) => metrics.cacheLookups.add(1, network, 'eth_getBlockByHash', 'memory', hit ? 'hit' : 'miss'),
+    onUpstreamCallSaved: (network, method, reason) => metrics.cacheCallsSaved.add(1, network, method, reason),
+    onLogsCall: (network, method, upstreamCalls) => metrics.logsUpstreamCalls.observe(upstreamCalls, network, method),
   });
   const calls = createCallDispatcher({ executor, logger });
   const onFinished = (ctx: Parameters<typeof recordRequest>[0], set: NetworkSet): void => {
@@ -330,8 +340,9 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
 
   try {
     const store = await openGatewayStore(ctx);
-    const { networkSets, reloader } = await buildNetworks(ctx, store);
-    const accounting = buildAccounting(ctx, store);
+    const cache = await buildResponseCache(ctx);
+    const { networkSets, reloader } = await buildNetworks(ctx, store, cache);
+    const accounting = buildAccounting(ctx, store, cache);
     const { rpcServer, webSocket } = buildRpcServer(ctx, accounting, networkSets);
     const { admin, adminServer } = buildAdminServer(ctx, { store, accounting, networkSets, reloader });
 
@@ -348,6 +359,8 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
 
     const rpcOrigin = originOf(rpcAddress);
     const adminOrigin = adminAddress === undefined ? '' : originOf(adminAddress);
+    if (jsonValidatorEngine === 'wasm-simd') logger.info({ jsonValidator: jsonValidatorEngine }, 'upstream answers are validated by the WebAssembly SIMD JSON validator');
+    else logger.warn({ jsonValidator: jsonValidatorEngine }, 'this Node has no WebAssembly SIMD: upstream answers are validated by the JavaScript JSON scan (about 3 times slower on large answers)');
     logger.info({ rpc: rpcOrigin, admin: adminOrigin, portal: portalOrigin, networks: [...networkSets.current().byId.keys()] }, options.groupWorker ? 'worker listening' : 'gateway listening');
     const group = groupWorkerHooks(ctx.metrics, { ...accounting, store, inFlight: networkSets.inFlight, networks: networkSets.current, draining: () => ctx.draining.value });
     return runningGateway(ctx, { store, reloader, rpcServer, webSocket, selfService: accounting.selfService, rpcOrigin, rpcPort: rpcAddress.port, adminOrigin, portalOrigin, group });

@@ -1,4 +1,4 @@
-// API key authentication (DESIGN §2, §3) over real HTTP, the key cache's protection of the store,
+// API key authentication over real HTTP, the key cache's protection of the store,
 // the absence of secrets from log lines, and the admin CLI issuing and revoking keys on a real
 // SQLite file that a gateway then serves from.
 

@@ -1,11 +1,11 @@
-// The eth_getBlockByHash cache (DESIGN §4): hits never reach an upstream and are still charged,
-// concurrent misses share one upstream call (single-flight) while each follower keeps its own
-// deadline, and only verified blocks are cached — never `null`, errors or a block whose hash is
+// The eth_getBlockByHash cache (docs/caching.md): hits never reach an upstream and are still
+// charged, concurrent misses share one upstream call (single-flight) while each follower keeps its
+// own deadline, and only verified blocks are cached — never `null`, errors or a block whose hash is
 // not the one asked for. Real gateways and scripted upstreams on loopback, real anvil for the
 // hydrated → non-hydrated mapping, and the byte-bounded LRU on its own.
 
 import { afterEach, describe, expect, it } from 'vitest';
-import { createBlockCache } from '../src/cache/block-cache.js';
+import { createBlockCache } from '../src/cache/memory-tier.js';
 import { utcDay } from '../src/metering/meter.js';
 import { directRpc, useSeededAnvil } from './helpers/anvil.js';
 import { rpc, startTestGateway, type TestGateway } from './helpers/gateway.js';

@@ -1,4 +1,4 @@
-// verifyBlock (DESIGN §5 "Verified blocks") against real blocks from anvil at each fork whose
+// verifyBlock (docs/verification.md) against real blocks from anvil at each fork whose
 // header form differs: Berlin (15 fields), London (+baseFeePerGas), Shanghai (+withdrawalsRoot),
 // Cancun (+blobGasUsed, excessBlobGas, parentBeaconBlockRoot), Prague (+requestsHash). Each
 // node mines a block carrying every transaction type its fork allows (contract creations

@@ -1,4 +1,4 @@
-// A real browser (DESIGN §2 "Browsers", docs/keys.md): headless Chromium from the system
+// A real browser (docs/keys.md): headless Chromium from the system
 // (Debian's `chromium` package; .ci/run installs it), driven by puppeteer-core, loads a page from
 // a second loopback origin whose script bundles viem (esbuild, built here into a temp dir) and
 // calls the gateway: viem's getChainId and getBlock({ blockHash }) against a real anvil, a

@@ -1,4 +1,4 @@
-// The method catalogue on the wire (DESIGN §1.3, issue 12 items 1, 2, 5): default prices,
+// The method catalogue on the wire (docs/methods.md, issue 12 items 1, 2, 5): default prices,
 // re-pricing, `"*"`, methods denied by default and by config, per-upstream denies and batches
 // that mix all of them. A real gateway on loopback with scripted upstreams that count what
 // reaches them, and the store's usage rows as the ledger.
@@ -279,7 +279,9 @@ describe('per-upstream method support', () => {
     }
     const toPreferred = preferred.calls.slice(preferredBefore).flatMap((received) => received.methods);
     const toFallback = fallback.calls.slice(fallbackBefore).flatMap((received) => received.methods);
-    expect(toPreferred).toEqual(Array(10).fill('eth_blockNumber'));
+    // A trace names no block, so the response cache asks for the traced transaction (to learn whether its
+    // block is final before keeping the trace): that lookup goes to the preferred upstream, which serves it.
+    expect(toPreferred).toEqual(Array(10).fill(['eth_blockNumber', 'eth_getTransactionByHash']).flat());
     expect(toFallback).toEqual(Array(10).fill(['debug_traceTransaction', 'trace_block']).flat());
   });
 
@@ -345,8 +347,9 @@ describe('batches mix methods freely', () => {
       'evm|debug_traceTransaction': { credits: 1000, requests: 1 },
       'evm|eth_chainId': { credits: 5, requests: 1 },
     });
-    // Each forwarded item went to an upstream that serves it, as its own call.
-    expect(preferred.calls.slice(preferredBefore).flatMap((received) => received.methods).sort()).toEqual(['eth_call', 'eth_somethingNew']);
+    // Each forwarded item went to an upstream that serves it, as its own call (plus the response cache's
+    // lookup of the traced transaction, which the preferred upstream serves).
+    expect(preferred.calls.slice(preferredBefore).flatMap((received) => received.methods).sort()).toEqual(['eth_call', 'eth_getTransactionByHash', 'eth_somethingNew']);
     expect(fallback.calls.slice(fallbackBefore).flatMap((received) => received.methods)).toEqual(['debug_traceTransaction']);
   });
 });

@@ -1,4 +1,4 @@
-// Chaos under load (DESIGN §4, §5): a real gateway in front of two scripted upstreams that both
+// Chaos under load (docs/routing.md): a real gateway in front of two scripted upstreams that both
 // proxy one real seeded anvil, a steady load of `eth_getBlockByHash` over hundreds of distinct
 // blocks (both forms, cache misses and hits), and a schedule that switches one fault at a time on
 // one upstream while the other stays healthy: refused connections, HTTP 500, HTTP 429, a stall,

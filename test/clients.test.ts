@@ -1,4 +1,4 @@
-// Real client libraries through the gateway URL with a key (DESIGN §1, §2): viem and ethers v6
+// Real client libraries through the gateway URL with a key: viem and ethers v6
 // against a real seeded anvil, and the Metaplex umi DAS plugin against the sample DAS upstream.
 // Scripted proxies on both sides of the gateway show what the clients really send (ethers'
 // batches, umi's named params and string ids) and what the gateway forwards.

@@ -1,6 +1,6 @@
-// The config file contract (DESIGN §7): one zod schema, `${ENV}` expansion, unknown keys rejected
-// with their path named, defaults applied, the result frozen. The commented example in config/
-// must load.
+// The config file contract (docs/configuration.md): one zod schema, `${ENV}` expansion, unknown
+// keys rejected with their path named, defaults applied, the result frozen. The commented example
+// in config/ must load.
 
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { readFileSync } from 'node:fs';

@@ -1,4 +1,4 @@
-// CORS on RPC paths (DESIGN §2 "Browsers"): every status the gateway answers a page with carries
+// CORS on RPC paths (docs/keys.md#cors): every status the gateway answers a page with carries
 // Access-Control-Allow-Origin (the origin echoed), Vary: Origin and the exposed headers, so the
 // page can read error bodies and credit headers; preflights are 204, allow the requested headers,
 // carry the configured Max-Age and are never charged; only the origin rules apply to them; the

@@ -1,7 +1,8 @@
-// The durability contract of DESIGN §3 with a real `kill -9`: the gateway runs as its own process
-// (`node dist/cli.js serve`) on a SQLite file, in front of a real anvil, with the block cache off so
-// every call goes upstream. A crash must lose no charge of an answer the client received, and the
-// credits held by calls that never finished go back when a gateway starts on the same file again.
+// The durability contract (README, Credits) with a real `kill -9`: the gateway runs as its own
+// process (`node dist/cli.js serve`) on a SQLite file, in front of a real anvil, with the block
+// cache off so every call goes upstream. A crash must lose no charge of an answer the client
+// received, and the credits held by calls that never finished go back when a gateway starts on the
+// same file again.
 //
 // (a) deterministic: an upstream that answers the first N calls and stalls the rest, so the
 //     crash happens with exactly N answers sent and TOTAL − N reservations held;
@@ -337,7 +338,7 @@ describe('kill -9 of the gateway', () => {
         // kill: a charge is committed before its response is written, so a call whose charge
         // committed but whose response was not yet written (or not yet read by the client) when
         // the process died is charged without an answer received. From outside, such a call
-        // cannot be told apart from one whose answer was sent and lost; DESIGN §3 promises no
+        // cannot be told apart from one whose answer was sent and lost; the contract promises no
         // lost charge for answers sent, not the reverse. Each worker has at most one call in
         // flight, so the excess is at most the cost of each worker's unanswered call (≤ WORKERS × 80).
         expect(overCount).toBeLessThanOrEqual(bound);

@@ -1,6 +1,7 @@
-// Daily credits, throughput limits and the charging rule (DESIGN §2 402/429 rows and headers, §3):
-// a real gateway on loopback with an in-memory SQLite store, scripted upstreams that answer
-// `eth_getBlockByHash` with a block whose hash is the one asked for, and an injected clock.
+// Daily credits, throughput limits and the charging rule (README, Credits; the 402/429 rows of
+// docs/errors.md): a real gateway on loopback with an in-memory SQLite store, scripted upstreams
+// that answer `eth_getBlockByHash` with a block whose hash is the one asked for, and an injected
+// clock.
 //
 // Every gateway here runs on an injected clock set in 2030, i.e. ahead of the wall clock: days,
 // resets and Retry-After are then deterministic whatever time the suite runs at (a run that
@@ -796,10 +797,17 @@ describe('reserve, then settle or refund', () => {
     expect(creditsRemaining(res.headers)).toBe(20);
     expect(await ledger(tg.store, tg.team.id, today())).toEqual({ credits: 80, requests: 1, teamUsed: 80 });
 
-    // The refunded credits can be spent: two 10-credit reservations fit in the 20 left.
-    const both = await Promise.all([rpc(tg.url('eth'), call('eth_blockNumber', 1)), rpc(tg.url('eth'), call('eth_blockNumber', 2))]);
+    // The refunded credits can be spent: two 10-credit reservations fit in the 20 left. Both are
+    // held while the upstream waits, and the two identical realtime calls share its one call.
+    gate = openable();
+    const pair = Promise.all([rpc(tg.url('eth'), call('eth_blockNumber', 1)), rpc(tg.url('eth'), call('eth_blockNumber', 2))]);
+    while ((await ledger(tg.store, tg.team.id, today())).teamUsed < 100) await new Promise((resolve) => setImmediate(resolve));
+    await upstreamReceived(before + 2);
+    gate.resolve();
+    const both = await pair;
     expect(both.map((r) => r.status)).toEqual([502, 502]);
-    expect(upstream.calls).toHaveLength(before + 3);
+    expect(both.map((r) => creditsCost(r.headers))).toEqual([0, 0]);
+    expect(upstream.calls).toHaveLength(before + 2);
     expect(await ledger(tg.store, tg.team.id, today())).toEqual({ credits: 80, requests: 1, teamUsed: 80 });
   });
 });

@@ -142,7 +142,7 @@ function expectedCharges(from: number): { byMethod: Record<string, { credits: nu
         continue;
       }
       if (answer.error !== undefined) {
-        // Nothing the gateway refuses is sent here: an error is the node's own, charged (DESIGN §3)
+        // Nothing the gateway refuses is sent here: an error is the node's own, charged
         // unless it is "method not found".
         errors.push(`${method}: ${JSON.stringify(answer.error)}`);
         if (answer.error.code === -32601) continue;

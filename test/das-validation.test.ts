@@ -1,6 +1,6 @@
-// getAssetsByGroup validation (DESIGN §1.2), both param forms, over real HTTP against two asset
-// networks: `das-named` (its upstream declares `params: named`) and `das-positional`
-// (`params: positional`), so each upstream's received form is known.
+// getAssetsByGroup validation (the reference DAS server's rules, in its order), both param forms,
+// over real HTTP against two asset networks: `das-named` (its upstream declares `params: named`)
+// and `das-positional` (`params: positional`), so each upstream's received form is known.
 
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { rpc, startTestGateway, type TestGateway } from './helpers/gateway.js';
@@ -163,7 +163,7 @@ describe('getAssetsByGroup validation: rule, code and message, in the reference 
       expect(r.status, where).toBe(200);
       expect(r.body.id, where).toBe(id);
       expect(r.body.result, where).toBeUndefined();
-      // Invalid requests cost nothing (DESIGN §1.2).
+      // Invalid requests cost nothing.
       expect(r.headers.get('x-credits-cost'), where).toBe('0');
       if ('das' in c.expected) {
         expect(r.body.error, where).toStrictEqual({ code: -32000, message: c.expected.das });

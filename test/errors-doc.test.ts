@@ -56,7 +56,7 @@ describe('docs/errors.md', () => {
     }
   });
 
-  it('carries the DESIGN §2 statuses for the whole-request errors', () => {
+  it('carries the statuses for the whole-request errors', () => {
     const expected: Partial<Record<GatewayErrorCode, [number, number]>> = {
       TG_ERR_PARSE: [-32700, 200],
       TG_ERR_EMPTY_BATCH: [-32600, 200],

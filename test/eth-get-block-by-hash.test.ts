@@ -1,4 +1,4 @@
-// eth_getBlockByHash through a real gateway in front of a real seeded anvil (DESIGN §1.1): the
+// eth_getBlockByHash through a real gateway in front of a real seeded anvil: the
 // answer is exactly anvil's, the hash is canonicalised to lower case on the way upstream, and
 // malformed params are rejected with -32602 naming the argument, without reaching the upstream.
 

@@ -1,4 +1,4 @@
-// Failover across a network's upstreams (DESIGN §2, §5): real gateway, scripted upstreams that
+// Failover across a network's upstreams (docs/routing.md): real gateway, scripted upstreams that
 // fail in every way the contract lists, and a healthy proxy to a real seeded anvil behind them.
 
 import { request } from 'undici';

@@ -1,4 +1,4 @@
-// Filters pinned to the upstream that created them (DESIGN §1.3 "Stateful methods"), through a
+// Filters pinned to the upstream that created them (docs/routing.md#filters), through a
 // real gateway in front of two DIFFERENT anvil nodes, each behind a counting proxy: every filter
 // call lands on the node that created the filter and answers with that node's blocks and logs;
 // ids of another key, altered or malformed ids, and ids of an upstream removed by a reload are

@@ -1,5 +1,6 @@
-// JSON-RPC 2.0 and HTTP conformance of the RPC listener (DESIGN §2), over real HTTP on loopback
-// against a scripted upstream that records every call it receives.
+// JSON-RPC 2.0 and HTTP conformance of the RPC listener (README, How a request is handled;
+// docs/errors.md), over real HTTP on loopback against a scripted upstream that records every call
+// it receives.
 
 import { connect } from 'node:net';
 import { Readable } from 'node:stream';

@@ -1,4 +1,4 @@
-// JWTs of browser keys (DESIGN §3, docs/keys.md): RS256 (PEM) and ES256 (JWK) public keys
+// JWTs of browser keys (docs/keys.md): RS256 (PEM) and ES256 (JWK) public keys
 // registered on a key, `Authorization: Bearer`, each failure's exact `data.reason`, claims
 // narrowing the key's lists, and the verified-token cache (a hit answers synchronously, with no
 // signature check, until the token's exp on the injected clock).

@@ -1,4 +1,4 @@
-// Key settings over the wire (DESIGN §2–3, docs/keys.md): every allowlist rule type alone and
+// Key settings over the wire (docs/keys.md): every allowlist rule type alone and
 // combined (types ANDed, entries ORed), the exact rejection status and body, batches (method and
 // address rules per item, origin/user agent/IP for the whole request), nothing charged for a
 // rejection, the metric by rule type, the key secret (missing, wrong, and overriding the

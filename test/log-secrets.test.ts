@@ -1,4 +1,4 @@
-// No secret in any log line of a whole run (DESIGN §3, §7), including the secrets that arrive
+// No secret in any log line of a whole run (docs/security.md), including the secrets that arrive
 // after start-up: upstream credentials of a config reload, keys issued and rotated through the
 // admin API while the gateway runs. Every line is read at info level, errors included. And an
 // error's log line keeps what an operator needs: the stack and the `cause` chain.

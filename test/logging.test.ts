@@ -1,4 +1,4 @@
-// Request logs (DESIGN §3 and §7): one JSON line per request with the fields an operator
+// Request logs (docs/security.md): one JSON line per request with the fields an operator
 // searches by, and no secret anywhere — not the API key from the path (however the path is
 // mangled), not the credentials, query key or header of an upstream URL, not even on error
 // paths where an upstream refuses the connection or answers 500 with the secret in its body.

@@ -1,4 +1,4 @@
-// Prometheus metrics (docs/metrics.md, STYLE §11): scripted traffic through a real gateway,
+// Prometheus metrics (docs/metrics.md): scripted traffic through a real gateway,
 // then the admin listener's /metrics parsed as Prometheus text and checked counter by counter.
 // Exact values: every series below is fed only by the requests of this file.
 
@@ -221,10 +221,12 @@ describe('GET /metrics after scripted traffic', () => {
   });
 
   it('counts cache hits and misses, and reports the bytes held', () => {
-    expect(value('tollgate_cache_lookups_total', { network: 'evm', result: 'hit' })).toBe(1);
+    const blocks = { method: 'eth_getBlockByHash', tier: 'memory' };
+    expect(value('tollgate_cache_lookups_total', { network: 'evm', ...blocks, result: 'hit' })).toBe(1);
     // The first HASH_A call, and the poor team's HASH_B call (looked up before credits are checked).
-    expect(value('tollgate_cache_lookups_total', { network: 'evm', result: 'miss' })).toBe(2);
-    expect(value('tollgate_cache_lookups_total', { network: 'down', result: 'miss' })).toBe(1);
+    expect(value('tollgate_cache_lookups_total', { network: 'evm', ...blocks, result: 'miss' })).toBe(2);
+    expect(value('tollgate_cache_lookups_total', { network: 'down', ...blocks, result: 'miss' })).toBe(1);
+    expect(value('tollgate_cache_upstream_calls_saved_total', { network: 'evm', method: 'eth_getBlockByHash', reason: 'memory' })).toBe(1);
     expect(value('tollgate_cache_entries', {})).toBe(1);
     expect(value('tollgate_cache_bytes', {})).toBeGreaterThan(JSON.stringify(blockFor({ params: [HASH_A, false] })).length);
     expect(value('tollgate_cache_evictions_total', {})).toBe(0);
@@ -284,7 +286,7 @@ describe('GET /metrics after scripted traffic', () => {
     for (const keyId of [tg.keyId, poorKey.id]) expect(text).not.toContain(keyId);
     for (const upstream of [flaky, main, dead]) expect(text).not.toContain(upstream.url);
     expect(text).not.toContain('127.0.0.1');
-    const allowedLabels = new Set(['network', 'method', 'outcome', 'status', 'upstream', 'result', 'team', 'reason', 'le', 'kind', 'type', 'space', 'version', 'major', 'minor', 'patch']);
+    const allowedLabels = new Set(['network', 'method', 'outcome', 'status', 'upstream', 'result', 'tier', 'team', 'reason', 'le', 'kind', 'type', 'space', 'version', 'major', 'minor', 'patch']);
     for (const sample of samples) for (const label of Object.keys(sample.labels)) expect(allowedLabels, `${sample.name}{${label}}`).toContain(label);
     const teamValues = new Set(samples.flatMap((sample) => (sample.labels.team === undefined ? [] : [sample.labels.team])));
     expect([...teamValues].sort()).toEqual([tg.team.id, poorTeam.id].sort());

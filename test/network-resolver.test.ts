@@ -1,4 +1,4 @@
-// The network resolver on its own: Host + path → network and API key (DESIGN §2), and its
+// The network resolver on its own: Host + path → network and API key, and its
 // memos (the previous request's answer, then the recent-requests maps) never answer one request
 // with another's network or key.
 

@@ -1,7 +1,7 @@
-// Operations (DESIGN §7): health and readiness probes, SIGTERM drain of the real `tollgate serve`
-// process, and config reload (SIGHUP on the process, `POST /v1/reload` in process): new upstreams
-// and costs take effect for the next request, a broken file is rejected and the running config
-// keeps serving, and requests in flight during a reload complete.
+// Operations (README, Operations): health and readiness probes, SIGTERM drain of the real
+// `tollgate serve` process, and config reload (SIGHUP on the process, `POST /v1/reload` in
+// process): new upstreams and costs take effect for the next request, a broken file is rejected and
+// the running config keeps serving, and requests in flight during a reload complete.
 
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';

@@ -1,8 +1,10 @@
-// The team portal in a real browser (DESIGN §9, docs/portal.md): Chromium driven by
+// The team portal in a real browser (docs/portal.md): Chromium driven by
 // puppeteer-core against a real gateway on loopback. Sign in with a team token; the numbers on
 // the page equal the ledger's; create a key and call the gateway with it; after a reload the page
 // shows the new usage; rotate and revoke it; sign out. A second team's token sees none of it.
-// The page must also fit 360 px, be usable by keyboard and label its controls.
+// The page must also fit 360 px, be usable by keyboard and label its controls, and a normal visit
+// must leave the browser console empty: no error or warning, no page error, no failed request
+// (signed out, the page's own session check answers 200; its icon is served).
 // Chromium is found as test/helpers/chromium.ts says (.ci/run installs it); without it this
 // file fails. TOLLGATE_UPDATE_SCREENSHOTS=1 writes docs/portal.png, otherwise a temp dir gets it.
 
@@ -11,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import puppeteer, { type Browser, type Page } from 'puppeteer-core';
 import { CHROMIUM_MISSING, findChromium, SKIP_BROWSER_TESTS } from './helpers/chromium.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { issueKey } from '../src/admin/key-issuer.js';
 import { issueTeamToken } from '../src/portal/team-token.js';
 import type { Team } from '../src/store/index.js';
@@ -33,6 +35,8 @@ let teamB: Team;
 let tokenA: string;
 let tokenB: string;
 let keyOfB: string;
+/** What the browser reported that a user would see as broken: console errors and warnings, page errors, failed requests. */
+const problems: string[] = [];
 
 const today = () => new Date().toISOString().slice(0, 10);
 const call = (secret: string, method = 'eth_chainId') => rpc(t.url('eth', secret), { jsonrpc: '2.0', id: 1, method });
@@ -86,6 +90,14 @@ beforeAll(async () => {
   browser = await puppeteer.launch({ executablePath, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
   page = await browser.newPage();
   page.on('dialog', (dialog) => void dialog.accept());
+  page.on('console', (message) => {
+    if (message.type() === 'error' || message.type() === 'warn') problems.push(`console ${message.type()}: ${message.text()} (${message.location().url ?? ''})`);
+  });
+  page.on('pageerror', (error) => problems.push(`page error: ${String(error)}`));
+  page.on('requestfailed', (request) => problems.push(`request failed: ${request.method()} ${request.url()} ${request.failure()?.errorText ?? ''}`));
+  page.on('response', (response) => {
+    if (response.status() >= 400) problems.push(`HTTP ${response.status()}: ${response.request().method()} ${response.url()}`);
+  });
   await page.setViewport({ width: 1100, height: 900 });
 }, 60_000);
 
@@ -95,6 +107,31 @@ afterAll(async () => {
 });
 
 describe.skipIf(SKIP_BROWSER_TESTS)('the team portal in Chromium', () => {
+  // Every test, every page state: the console stays empty.
+  afterEach(() => {
+    const seen = problems.splice(0);
+    expect(seen).toEqual([]);
+  });
+
+  it('loads signed out with an empty console: the session check answers 200 {signedIn: false}, the icon is served', async () => {
+    const icon = page.waitForResponse((response) => new URL(response.url()).pathname === '/favicon.svg', { timeout: 10_000 });
+    const session = page.waitForResponse((response) => new URL(response.url()).pathname === '/session', { timeout: 10_000 });
+    await page.goto(`${t.gateway.portalOrigin}/`);
+    await page.waitForFunction(() => document.body.dataset.ready === 'true');
+    expect(await page.$eval('#sign-in', (element) => (element as HTMLElement).hidden)).toBe(false);
+    const answered = await session;
+    expect(answered.status()).toBe(200);
+    expect(await answered.json()).toEqual({ signedIn: false });
+    const served = await icon;
+    expect(served.status()).toBe(200);
+    expect(served.headers()['content-type']).toBe('image/svg+xml');
+    expect(await page.evaluate(() => document.querySelector('link[rel="icon"]')?.getAttribute('href'))).toBe('/favicon.svg');
+    // A reload too (the icon may now come from the cache): still nothing in the console.
+    await page.reload();
+    await page.waitForFunction(() => document.body.dataset.ready === 'true');
+    expect(problems).toEqual([]);
+  });
+
   it('signs in with a team token into an HTTP-only session; the numbers equal the ledger', async () => {
     await signIn(tokenA);
     expect(await page.$eval('#team-name', (element) => element.textContent)).toBe(t.team.name);
@@ -209,8 +246,11 @@ describe.skipIf(SKIP_BROWSER_TESTS)('the team portal in Chromium', () => {
     await page.reload();
     await page.waitForFunction(() => document.body.dataset.ready === 'true');
     expect(await page.$eval('#dashboard', (element) => (element as HTMLElement).hidden)).toBe(true);
-    const status = await page.evaluate(async () => (await fetch('/v1/keys')).status);
-    expect(status).toBe(401);
+    // With whatever cookies the browser still holds for the portal, the team API refuses: asked
+    // from here, not from the page, whose console would rightly log the 401.
+    const cookies = (await browser.cookies()).map((cookie) => `${cookie.name}=${cookie.value}`).join('; ');
+    expect(cookies).not.toContain('tollgate_session');
+    expect((await fetch(`${t.gateway.portalOrigin}/v1/keys`, { headers: { cookie: cookies } })).status).toBe(401);
   });
 
   it("a second team's token sees its own numbers and none of the first team's keys or usage", async () => {

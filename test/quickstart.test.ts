@@ -1,6 +1,6 @@
-// The newcomer's path (DESIGN §8): `tollgate devnet --json` (what `npm start` runs) prints one
-// JSON line on stdout with everything needed to call both first-class methods, serves real
-// answers through the gateway, and takes anvil down with it on SIGTERM and SIGINT.
+// The newcomer's path (README, Quick start): `tollgate devnet --json` (what `npm start` runs)
+// prints one JSON line on stdout with everything needed to call both first-class methods, serves
+// real answers through the gateway, and takes anvil down with it on SIGTERM and SIGINT.
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';

@@ -31,7 +31,8 @@ async function setUp(dailyCredits: number) {
   const ledger = alerts.watch(store);
   const day = new Date().toISOString().slice(0, 10);
   const subject: ChargeSubject = { teamId: team.id, keyId: key.id, network: 'eth', method: 'eth_call', cost: 1, day, teamDailyCredits: dailyCredits, keyDailyCap: null, teamCreditsPerSecond: null };
-  const flush = () => new Promise((resolve) => setTimeout(resolve, 20));
+  // Every check the ledger started has ended: an empty `sent` then means nothing fired, not "not yet".
+  const flush = () => alerts.idle();
   return { ledger, subject, calls, sent, flush };
 }
 

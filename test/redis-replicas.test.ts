@@ -1,8 +1,8 @@
-// Several gateway replicas sharing one real redis-server (DESIGN §3, §6): two `tollgate serve`
-// processes (dist/cli.js) in front of one scripted upstream, with keys, daily balances and
-// throughput limits shared through Redis. Covers exactness across replicas, the shared
-// credits-per-second limit, revocation reaching the other replica within auth.keyCacheTtlMs,
-// a Redis crash under load (fail closed, nothing charged, recovery without a gateway restart),
+// Several gateway replicas sharing one real redis-server (README, Running several replicas): two
+// `tollgate serve` processes (dist/cli.js) in front of one scripted upstream, with keys, daily
+// balances and throughput limits shared through Redis. Covers exactness across replicas, the shared
+// credits-per-second limit, revocation reaching the other replica within auth.keyCacheTtlMs, a
+// Redis crash under load (fail closed, nothing charged, recovery without a gateway restart),
 // failOpen, `tollgate migrate` from SQLite, and a clear start-up failure without Redis.
 //
 // Redis runs with an fsync-always append-only file here, so that what it acknowledged survives

@@ -1,7 +1,7 @@
-// Only right answers (DESIGN §4, §5), through a real gateway in front of scripted upstreams that
-// proxy a real seeded anvil and lie, lag, send broken JSON, fail once or stall. One test per
-// defect the right-answers issue lists; each compares what the client got with anvil's own
-// answer and the ledger with the credits of the answers received.
+// Only right answers (docs/routing.md, docs/verification.md), through a real gateway in front of
+// scripted upstreams that proxy a real seeded anvil and lie, lag, send broken JSON, fail once or
+// stall. One test per defect the right-answers issue lists; each compares what the client got with
+// anvil's own answer and the ledger with the credits of the answers received.
 
 import { afterEach, describe, expect, it } from 'vitest';
 import { utcDay } from '../src/metering/meter.js';

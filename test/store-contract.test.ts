@@ -1,4 +1,4 @@
-// The Store contract (DESIGN §3 and §6: one interface, two drivers): every method of
+// The Store contract (docs/store.md: one interface, two drivers): every method of
 // src/store/types.ts, run unchanged against the embedded SQLite driver and the Redis driver
 // (a real redis-server on loopback, a fresh key prefix per test). Snapshots are exported from
 // one driver and imported into the other, as `tollgate migrate` does.
@@ -437,6 +437,20 @@ describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (dri
       ]);
       // The key's day total went back too: a cap of exactly the remaining room admits again.
       expect(await charge(store, subject(team, key, { keyDailyCap: 85 }))).toEqual({ ok: true, teamUsed: 85 });
+    });
+
+    it('reverse gives back a charge whose answer was not written: day totals, key total and usage row (credits and requests)', async () => {
+      const { store } = await freshBacking(driver);
+      const { team, key } = await teamWithKey(store, { dailyCredits: 1_000 });
+      expect(await charge(store, subject(team, key))).toEqual({ ok: true, teamUsed: 80 });
+      expect(await charge(store, subject(team, key))).toEqual({ ok: true, teamUsed: 160 });
+      expect(await store.applyLedger([{ type: 'reverse', subject: subject(team, key) }])).toEqual([{ ok: true, teamUsed: 80 }]);
+      expect(await peek(store, team.id)).toBe(80);
+      expect(await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY })).toEqual([
+        { day: TODAY, teamId: team.id, keyId: key.id, network: 'eth', method: 'eth_getBlockByHash', credits: 80, requests: 1 },
+      ]);
+      // The key's day total went back too: a cap of exactly the remaining room admits again.
+      expect(await charge(store, subject(team, key, { keyDailyCap: 160 }))).toEqual({ ok: true, teamUsed: 160 });
     });
 
     it('settle or refund of an unknown reservation is harmless, and says the reservation is gone', async () => {

@@ -1,4 +1,4 @@
-// Team tokens and the team API (DESIGN §3, §9; docs/portal.md, docs/admin-api.md): the operator
+// Team tokens and the team API (docs/portal.md, docs/admin-api.md): the operator
 // issues, lists and revokes team tokens; with one, a team manages its own keys and reads its own
 // usage, and every team route answers another team's ids exactly as ids that do not exist. The
 // session cookie of the page is HTTP-only, SameSite=Strict, expires, and its writes need the
@@ -209,7 +209,11 @@ describe('page sessions', () => {
     expect(signIn.text).not.toContain(tokenA);
     const cookie = setCookie.split(';')[0]!;
     const csrf = signIn.body.csrfToken as string;
-    expect((await team(undefined, 'GET', '/session', undefined, { cookie })).body).toMatchObject({ team: { id: teamA.id }, csrfToken: csrf });
+    expect((await team(undefined, 'GET', '/session', undefined, { cookie })).body).toMatchObject({ signedIn: true, team: { id: teamA.id }, csrfToken: csrf });
+    // Signed out is an answer, not an error (the page asks on every load).
+    const signedOut = await team(undefined, 'GET', '/session');
+    expect(signedOut.status).toBe(200);
+    expect(signedOut.body).toEqual({ signedIn: false });
 
     expect((await team(undefined, 'POST', '/v1/keys', { label: 'x' }, { cookie })).status).toBe(403);
     expect((await team(undefined, 'POST', '/v1/keys', { label: 'x' }, { cookie, 'x-csrf-token': 'wrong' })).status).toBe(403);
@@ -230,6 +234,7 @@ describe('page sessions', () => {
     const signOut = await team(undefined, 'DELETE', '/session', undefined, { cookie, 'x-csrf-token': csrf });
     expect(signOut.status).toBe(204);
     expect(signOut.headers.get('set-cookie')).toMatch(/^tollgate_session=; .*Max-Age=0/);
+    expect((await team(undefined, 'GET', '/session', undefined, { cookie: tampered })).body).toEqual({ signedIn: false });
   });
 
   it('serves the page and its assets from the package with a strict CSP (no CDN)', async () => {

@@ -1,4 +1,4 @@
-// eth_sendRawTransaction (DESIGN §1.3 "Writes") through a real gateway in front of scripted
+// eth_sendRawTransaction (docs/routing.md#transactions) through a real gateway in front of scripted
 // upstreams: the same bytes go to the next upstream only after an attempt whose outcome is
 // unknown; "already known" / "nonce too low" after such an attempt becomes the transaction hash
 // once eth_getTransactionByHash finds it, and passes through otherwise; never hedged;
@@ -113,7 +113,7 @@ describe('an attempt whose outcome is unknown, then a duplicate error from the n
     const res = await rpc(tg.url('eth'), send());
     expect(res.body.error).toEqual({ code: -32003, message: 'nonce too low' });
     expect(lookups(next).map(paramsOf)).toEqual([[hash]]);
-    // An upstream's error passed through is an answer (DESIGN §3).
+    // An upstream's error passed through is an answer, and charged.
     expect(await teamSpend(tg)).toBe(SEND_COST);
   });
 

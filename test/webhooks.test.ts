@@ -1,4 +1,4 @@
-// Quota alerts and key events as signed webhooks (DESIGN §9, docs/webhooks.md), against a real
+// Quota alerts and key events as signed webhooks (docs/webhooks.md), against a real
 // HTTP receiver on port 0 and real gateways: thresholds crossed by real calls fire once each (also
 // with two gateway instances sharing one real redis-server), signatures verify with the
 // documented scheme, a receiver that fails twice gets the event on the third attempt, and one

@@ -1,8 +1,13 @@
-// The WebSocket endpoint (DESIGN §8, docs/websocket.md) against a real anvil, through real
+// The WebSocket endpoint (docs/websocket.md) against a real anvil, through real
 // sockets: viem's webSocket() transport and ethers' WebSocketProvider, requests over the socket
 // on the HTTP request path, refused upgrades, and subscriptions (shared, metered, bounded).
 
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { stringify as toYaml } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { createPublicClient, createWalletClient, http, keccak256, parseAbiItem, stringToBytes, webSocket, type Hash } from 'viem';
@@ -14,6 +19,7 @@ import { issueKey } from '../src/admin/key-issuer.js';
 import { directRpc } from './helpers/anvil.js';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
 import { startWsProxy, type WsProxy } from './helpers/ws-proxy.js';
+import { until } from './helpers/until.js';
 
 // anvil's first dev account (public test key of every anvil).
 const DEV_KEY = '0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80';
@@ -122,12 +128,24 @@ async function mine(node: AnvilNode, blocks = 1): Promise<void> {
   for (let index = 0; index < blocks; index += 1) await directRpc(node.url, 'evm_mine', []);
 }
 
-async function until(condition: () => boolean, timeoutMs = 10_000, what = 'condition'): Promise<void> {
-  const started = Date.now();
-  while (!condition()) {
-    if (Date.now() - started > timeoutMs) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
+
+/** `eth_subscribe` calls answered so far (their request log line is written once the answer is). */
+function subscriptionsConfirmed(gateway: TestGateway): number {
+  return gateway.logLines.filter((line) => line.includes('"msg":"request"') && line.includes('"eth_subscribe"') && line.includes('"transport":"ws"')).length;
+}
+
+/**
+ * Mines one more, empty block once `ready` holds and waits for its head at the client: events
+ * are delivered in order, so anything still due for earlier blocks (a late duplicate) would have
+ * arrived before it. Returns the last block before the sentinel.
+ */
+async function sentinelBlock(client: Client, headsId: string, ready?: () => boolean): Promise<number> {
+  if (ready !== undefined) await until(ready, 'every event before the sentinel', 15_000);
+  const last = Number(await directRpc(anvil.url, 'eth_blockNumber', []));
+  await until(() => client.messages.some((message) => message.params?.subscription === headsId && Number(message.params.result.number) === last), `head ${last}`, 15_000);
+  await mine(anvil, 1);
+  await until(() => client.messages.some((message) => message.params?.subscription === headsId && Number(message.params.result.number) === last + 1), 'the sentinel head', 15_000);
+  return last;
 }
 
 let anvil: AnvilNode;
@@ -221,7 +239,7 @@ describe('WebSocket endpoint: requests and clients', () => {
   it('answers 1,000 messages sent at once (reading pauses past 256 in progress and resumes)', async () => {
     const client = await openClient(wsUrl(gateway, 'eth'));
     for (let id = 0; id < 1_000; id += 1) client.ws.send(JSON.stringify({ jsonrpc: '2.0', id: `m${id}`, method: 'eth_blockNumber', params: [] }));
-    await until(() => client.messages.length >= 1_000, 20_000, 'every answer');
+    await until(() => client.messages.length >= 1_000, 'every answer', 20_000);
     expect(new Set(client.messages.map((message) => message.id)).size).toBe(1_000);
     expect(client.messages.every((message) => typeof message.result === 'string')).toBe(true);
     client.ws.close();
@@ -230,8 +248,8 @@ describe('WebSocket endpoint: requests and clients', () => {
   it('serves newPendingTransactions: the hash of a transaction sent to the node', async () => {
     const client = await openClient(wsUrl(gateway, 'eth'));
     const id = (await client.call('eth_subscribe', ['newPendingTransactions'])).result as string;
-    await until(() => proxy.subscribeCalls.includes('newPendingTransactions'), 10_000, 'the upstream subscription');
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    // Confirmed only once the upstream subscription exists: a transaction sent now is seen.
+    expect(proxy.subscribeCalls).toContain('newPendingTransactions');
     const account = privateKeyToAccount(DEV_KEY);
     const wallet = createWalletClient({ account, chain: foundry, transport: http(anvil.url) });
     const hash = await wallet.sendTransaction({ to: account.address, value: 1n });
@@ -320,15 +338,14 @@ describe('WebSocket endpoint: requests and clients', () => {
     const address = await deployPing(anvil);
     const blocks: Array<{ number: bigint; hash: string }> = [];
     const logs: Array<{ blockHash: string; logIndex: number; transactionHash: string }> = [];
-    const logSubscriptionsBefore = proxy.subscribeCalls.filter((call) => call === 'logs').length;
+    const confirmedBefore = subscriptionsConfirmed(gateway);
     const stopBlocks = client.watchBlocks({ onBlock: (block) => blocks.push({ number: block.number!, hash: block.hash! }) });
     const stopLogs = client.watchContractEvent({ address, abi: [PING_EVENT], eventName: 'Ping', onLogs: (found) => logs.push(...(found as any[])) });
-    // This filter's own upstream subscription (an earlier test's may still be open).
-    await until(() => proxy.subscribeCalls.filter((call) => call === 'logs').length > logSubscriptionsBefore, 10_000, 'the upstream logs subscription');
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    // Both eth_subscribe answered (the request log line follows the answer): events are assured from now on.
+    await until(() => subscriptionsConfirmed(gateway) >= confirmedBefore + 2, 'both subscriptions confirmed', 10_000);
     const sent: string[] = [];
     for (let index = 0; index < 4; index += 1) sent.push(await ping(anvil, address));
-    await until(() => logs.length >= 4 && blocks.length >= 4, 10_000, 'four blocks and four logs');
+    await until(() => logs.length >= 4 && blocks.length >= 4, 'four blocks and four logs', 10_000);
     stopBlocks();
     stopLogs();
     for (const block of blocks) {
@@ -346,12 +363,12 @@ describe('WebSocket endpoint: requests and clients', () => {
     try {
       expect(await provider.getBlockNumber()).toBe(Number(await directRpc(anvil.url, 'eth_blockNumber', [])));
       const seen: number[] = [];
+      const confirmedBefore = subscriptionsConfirmed(gateway);
       await provider.on('block', (number: number) => seen.push(number));
-      await until(() => proxy.subscribeCalls.length > 0 && gateway.logLines.some((line) => line.includes('eth_subscribe')), 10_000, 'subscription');
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      await until(() => subscriptionsConfirmed(gateway) > confirmedBefore, 'the subscription confirmed', 10_000);
       const first = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) + 1;
       await mine(anvil, 3);
-      await until(() => seen.includes(first + 2), 10_000, 'three blocks');
+      await until(() => seen.includes(first + 2), 'three blocks', 10_000);
       expect(seen.filter((number) => number >= first)).toEqual([first, first + 1, first + 2]);
     } finally {
       await provider.destroy();
@@ -392,25 +409,24 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
     const client = await openClient(wsUrl(gateway, 'twin'));
     const heads = (await client.call('eth_subscribe', ['newHeads'])).result as string;
     const logs = (await client.call('eth_subscribe', ['logs', { address }])).result as string;
-    await until(() => proxies.a!.subscribeCalls.includes('logs') || proxies.b!.subscribeCalls.includes('logs'), 10_000, 'upstream subscriptions');
+    await until(() => proxies.a!.subscribeCalls.includes('logs') || proxies.b!.subscribeCalls.includes('logs'), 'upstream subscriptions', 10_000);
     const carrying = proxies.a!.subscribeCalls.includes('logs') ? proxies.a! : proxies.b!;
     const standby = carrying === proxies.a ? proxies.b! : proxies.a!;
     const startBlock = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) + 1;
-    const sent: string[] = [];
-    // A block every 200 ms (each carries one Ping log); the carrying upstream dies after the fifth.
-    for (let index = 0; index < 15; index += 1) {
-      const started = Date.now();
-      sent.push(await ping(anvil, address));
-      if (index === 4) await carrying.kill();
-      await new Promise((resolve) => setTimeout(resolve, Math.max(0, 200 - (Date.now() - started))));
-    }
-    const lastBlock = Number(await directRpc(anvil.url, 'eth_blockNumber', []));
     const events = (id: string) => client.messages.filter((message) => message.method === 'eth_subscription' && message.params.subscription === id).map((message) => message.params.result);
-    await until(() => events(heads).some((head) => Number(head.number) === lastBlock) && events(logs).length >= sent.length, 15_000, 'the last block and every log');
-    await new Promise((resolve) => setTimeout(resolve, 300)); // anything late (a duplicate) would show now
+    const sent: string[] = [];
+    // Five blocks (each with one Ping log) while the stream is carried, each seen by the client;
+    // the carrying upstream dies; ten more are mined at once, during the move.
+    for (let index = 0; index < 5; index += 1) {
+      sent.push(await ping(anvil, address));
+      await until(() => events(logs).length === sent.length, `log ${index + 1}`, 10_000);
+    }
+    await carrying.kill();
+    for (let index = 0; index < 10; index += 1) sent.push(await ping(anvil, address));
+    const lastBlock = await sentinelBlock(client, heads, () => events(logs).length >= sent.length);
     expect(standby.subscribeCalls).toContain('logs');
     const seenHeads = events(heads).filter((head) => Number(head.number) >= startBlock);
-    expect(seenHeads.map((head) => Number(head.number))).toEqual(Array.from({ length: lastBlock - startBlock + 1 }, (_, index) => startBlock + index));
+    expect(seenHeads.map((head) => Number(head.number))).toEqual(Array.from({ length: lastBlock - startBlock + 2 }, (_, index) => startBlock + index));
     for (const head of seenHeads) {
       expect(head.hash).toBe(((await directRpc(anvil.url, 'eth_getBlockByNumber', [head.number, false])) as { hash: string }).hash);
     }
@@ -424,12 +440,11 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
     const clients = await Promise.all(Array.from({ length: 200 }, () => openClient(wsUrl(gateway, 'shared'))));
     const ids = await Promise.all(clients.map(async (client) => (await client.call('eth_subscribe', ['newHeads'])).result as string));
     expect(new Set(ids).size).toBe(200);
-    await until(() => proxies.shared!.subscribeCalls.length > 0, 10_000, 'the upstream subscription');
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(proxies.shared!.subscribeCalls).toEqual(['newHeads']);
     const first = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) + 1;
     await mine(anvil, 2);
     const heads = (client: Client) => client.messages.filter((message) => message.method === 'eth_subscription' && Number(message.params.result.number) >= first);
-    await until(() => clients.every((client) => heads(client).length >= 2), 15_000, 'two heads at every client');
+    await until(() => clients.every((client) => heads(client).length >= 2), 'two heads at every client', 15_000);
     for (const [index, client] of clients.entries()) {
       expect(heads(client).map((message) => [message.params.subscription, Number(message.params.result.number)])).toEqual([[ids[index], first], [ids[index], first + 1]]);
     }
@@ -440,7 +455,7 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
       return client.closed;
     }));
     // The last client gone: the upstream socket closes too.
-    await until(() => proxies.shared!.open() === 0, 10_000, 'the upstream socket to close');
+    await until(() => proxies.shared!.open() === 0, 'the upstream socket to close', 10_000);
   }, 60_000);
 
   async function meteredClient(dailyCredits: number) {
@@ -460,8 +475,7 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
     const { client, used } = await meteredClient(1_000_000);
     const heads = (await client.call('eth_subscribe', ['newHeads'])).result;
     const logs = (await client.call('eth_subscribe', ['logs', { address, topics: [keccakPing()] }])).result;
-    await until(() => proxies.metered!.subscribeCalls.includes('logs'), 10_000, 'the upstream subscriptions');
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(proxies.metered!.subscribeCalls).toContain('logs');
     expect(await used()).toBe(10);
     // Block 1: one Ping. Block 2: two Pings (mined together). Then one plain block.
     await ping(anvil, address);
@@ -474,13 +488,15 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
     await directRpc(anvil.url, 'evm_setAutomine', [true]);
     await mine(anvil, 1);
     const count = (id: string) => client.messages.filter((message) => message.params?.subscription === id).length;
-    await until(() => count(heads) >= 3 && count(logs) >= 3, 10_000, 'three heads and three logs');
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    expect(count(heads)).toBe(3);
+    await until(() => count(heads) >= 3 && count(logs) >= 3, 'three heads and three logs', 10_000);
+    // A fourth, empty block: once its head is here, anything more for the first three would be too.
+    await mine(anvil, 1);
+    await until(() => count(heads) >= 4, 'the fourth head', 10_000);
+    expect(count(heads)).toBe(4);
     expect(count(logs)).toBe(3);
-    expect(await used()).toBe(5 + 5 + 3 * 50 + 2 * 300);
+    expect(await used()).toBe(5 + 5 + 4 * 50 + 2 * 300);
     expect((await client.call('eth_unsubscribe', [logs])).result).toBe(true);
-    expect(await used()).toBe(5 + 5 + 3 * 50 + 2 * 300 + 10);
+    expect(await used()).toBe(5 + 5 + 4 * 50 + 2 * 300 + 10);
     client.ws.close();
   }, 30_000);
 
@@ -488,8 +504,6 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
     // eth_subscribe (5) and two heads (100); the third head would need 50 of the 30 left.
     const { client, used } = await meteredClient(5 + 2 * 50 + 30);
     const id = (await client.call('eth_subscribe', ['newHeads'])).result;
-    await until(() => proxies.metered!.subscribeCalls.length > 0, 10_000, 'the upstream subscription');
-    await new Promise((resolve) => setTimeout(resolve, 100));
     await mine(anvil, 4);
     const closed = await client.closed;
     expect(closed.code).toBe(4402);
@@ -516,12 +530,12 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
     for (let index = 0; index < 2_000; index += 1) {
       client.ws.send(JSON.stringify({ jsonrpc: '2.0', id: index, method: 'eth_getCode', params: [receipt.contractAddress, 'latest'] }));
     }
-    await until(() => gateway.logLines.some((line) => line.includes('websocket client not reading')), 30_000, 'the gateway to give up on the client');
+    await until(() => gateway.logLines.some((line) => line.includes('websocket client not reading')), 'the gateway to give up on the client', 30_000);
     const rssGrowth = process.memoryUsage().rss - rssBefore;
     socket.resume();
     const closed = await client.closed;
     expect(closed.code).toBe(1013);
-    await until(() => gateway.logLines.some((line) => line.includes('"websocket close"') && line.includes('"slow_client"')), 10_000, 'the close log line');
+    await until(() => gateway.logLines.some((line) => line.includes('"websocket close"') && line.includes('"slow_client"')), 'the close log line', 10_000);
     const answered = gateway.logLines.filter((line) => line.includes('"transport":"ws"') && line.includes('eth_getCode') && line.includes('"status":200')).length;
     // 2,000 answers would be ~96 MB; the connection was cut long before.
     expect(answered).toBeLessThan(1_000);
@@ -529,6 +543,52 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
     // Under ws's 30 s close timeout: a close that needs it means the gateway stopped reading the
     // client's close frame (it once did, with reading paused for messages in progress).
   }, 20_000);
+});
+
+describe('WebSocket event queue of a client that stops reading', () => {
+  let gateway: TestGateway;
+  let proxy: WsProxy;
+  beforeAll(async () => {
+    proxy = await startWsProxy(anvil.url.replace('http://', 'ws://'));
+    gateway = await startTestGateway({
+      config: { server: { host: '127.0.0.1', port: 0, websocket: { maxBufferedBytes: 256 * 1024, maxQueuedEvents: 1_000 } } },
+      networks: [{ id: 'eth', kind: 'evm', chainId: anvil.chainId, methods: METHODS, upstreams: [{ id: 'anvil', url: anvil.url, wsUrl: proxy.url }] }],
+    });
+  });
+  afterAll(async () => {
+    await gateway?.close();
+    await proxy?.kill();
+  });
+
+  it('closes it with 1013 once its queued events pass the bound; the queue is dropped uncharged, the stream it got has no gap', async () => {
+    const team = await gateway.store.createTeam({ name: `queue-${Math.random().toString(36).slice(2)}`, dailyCredits: 1_000_000_000 });
+    const { secret } = await issueKey(gateway.store, { teamId: team.id });
+    const client = await openClient(wsUrl(gateway, 'eth', secret));
+    const id = (await client.call('eth_subscribe', ['newHeads'])).result as string;
+    const socket = (client.ws as unknown as { _socket: import('node:net').Socket })._socket;
+    socket.pause();
+    const first = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) + 1;
+    // Bursts of 1,024 heads (~1.3 MB) until the kernel's socket buffers are full and events wait
+    // in the gateway past the bound.
+    const overflowed = () => gateway.logLines.some((line) => line.includes('websocket client not reading'));
+    for (let bursts = 0; !overflowed(); bursts += 1) {
+      if (bursts === 64) throw new Error('the client was never closed');
+      await directRpc(anvil.url, 'anvil_mine', ['0x400']);
+    }
+    const line = JSON.parse(gateway.logLines.find((text) => text.includes('websocket client not reading'))!) as { scope: string; queuedEvents: number; queuedBytes: number };
+    expect(line.scope).toBe('connection');
+    expect(line.queuedEvents <= 1_000 + 1 && line.queuedBytes <= 256 * 1024 + 2_000).toBe(true);
+    socket.resume();
+    const closed = await client.closed;
+    expect(closed).toMatchObject({ code: 1013, reason: 'event queue full: client not reading' });
+    const seen = client.messages.filter((message) => message.params?.subscription === id).map((message) => Number(message.params.result.number));
+    expect(seen.length).toBeGreaterThan(0);
+    expect(seen).toEqual(Array.from({ length: seen.length }, (_, index) => first + index));
+    // Charged for what it was sent, not for what was queued: 5 for the subscription, 50 a head.
+    await until(() => gateway.logLines.some((text) => text.includes('"websocket close"') && text.includes('"slow_client"')), 'the close log line', 10_000);
+    const [peek] = await gateway.store.applyLedger([{ type: 'peek', teamId: team.id, day: new Date().toISOString().slice(0, 10) }] as const);
+    expect(peek.teamUsed).toBe(5 + seen.length * 50);
+  }, 120_000);
 });
 
 function keccakPing(): string {
@@ -588,7 +648,7 @@ describe('WebSocket bounds, throughput and metrics', () => {
     const client = await openClient(wsUrl(gateway, 'eth'));
     const socket = (client.ws as unknown as { _socket: import('node:net').Socket })._socket;
     socket.pause(); // pings are not read, so never answered
-    await until(() => gateway.logLines.some((line) => line.includes('"websocket close"') && line.includes('"pong_timeout"')), 10_000, 'the pong timeout');
+    await until(() => gateway.logLines.some((line) => line.includes('"websocket close"') && line.includes('"pong_timeout"')), 'the pong timeout', 10_000);
     socket.resume();
     expect((await client.closed).code).toBe(1006);
   });
@@ -602,7 +662,7 @@ describe('WebSocket bounds, throughput and metrics', () => {
     // No message is sent: the check rides on the pings (every 100 ms here).
     const closed = await client.closed;
     expect(closed.code).toBe(1008);
-    await until(() => gateway.logLines.some((line) => line.includes('"websocket close"') && line.includes('"key_invalid"') && line.includes(key.id)), 5_000, 'the close log line');
+    await until(() => gateway.logLines.some((line) => line.includes('"websocket close"') && line.includes('"key_invalid"') && line.includes(key.id)), 'the close log line', 5_000);
   });
 
   it('applies the team throughput limit to requests over the socket', async () => {
@@ -619,8 +679,7 @@ describe('WebSocket bounds, throughput and metrics', () => {
   it('exposes connections, subscriptions, upstream subscriptions, events and disconnect reasons as metrics', async () => {
     const client = await openClient(wsUrl(gateway, 'eth'));
     await client.call('eth_subscribe', ['newHeads']);
-    await until(() => proxy.subscribeCalls.length > 0, 10_000, 'the upstream subscription');
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(proxy.subscribeCalls.length).toBeGreaterThan(0);
     await mine(anvil, 1);
     await client.next((message) => message.method === 'eth_subscription');
     const scrape = async () => (await fetch(`${gateway.gateway.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } })).text();
@@ -634,7 +693,7 @@ describe('WebSocket bounds, throughput and metrics', () => {
     expect(text).toMatch(/tollgate_ws_upgrades_rejected_total\{status="429"\} 1/);
     client.ws.close();
     await client.closed;
-    await until(() => proxy.open() === 0, 10_000, 'the upstream socket to close');
+    await until(() => proxy.open() === 0, 'the upstream socket to close', 10_000);
     const after = await scrape();
     expect(after).toMatch(/tollgate_ws_connections\{network="eth"\} 0/);
     expect(after).toMatch(/tollgate_ws_upstream_subscriptions\{network="eth",type="newHeads"\} 0/);
@@ -672,26 +731,26 @@ describe('WebSocket subscriptions off an upstream that falls silent', () => {
     const client = await openClient(wsUrl(gateway, 'stall'));
     const heads = (await client.call('eth_subscribe', ['newHeads'])).result as string;
     const logs = (await client.call('eth_subscribe', ['logs', { address }])).result as string;
-    await until(() => proxies.some((proxy) => proxy.subscribeCalls.includes('logs')), 10_000, 'upstream subscriptions');
-    await new Promise((resolve) => setTimeout(resolve, 100));
     const carrying = proxies.find((proxy) => proxy.subscribeCalls.includes('logs'))!;
     const other = proxies.find((proxy) => proxy !== carrying)!;
     const startBlock = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) + 1;
-    const sent: string[] = [];
-    for (let index = 0; index < 15; index += 1) {
-      const started = Date.now();
-      sent.push(await ping(anvil, address));
-      if (index === 4) carrying.freeze();
-      await new Promise((resolve) => setTimeout(resolve, Math.max(0, 200 - (Date.now() - started))));
-    }
-    const lastBlock = Number(await directRpc(anvil.url, 'eth_blockNumber', []));
     const events = (id: string) => client.messages.filter((message) => message.params?.subscription === id).map((message) => message.params.result);
-    await until(() => events(heads).some((head) => Number(head.number) === lastBlock) && events(logs).length >= sent.length, 15_000, 'the last block and every log');
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    const sent: string[] = [];
+    for (let index = 0; index < 5; index += 1) {
+      sent.push(await ping(anvil, address));
+      await until(() => events(logs).length === sent.length, `log ${index + 1}`, 10_000);
+    }
+    // The carrying upstream falls silent; blocks go on being mined until the stream has moved
+    // (the probes see the chain move on: the move needs the head to advance elsewhere).
+    carrying.freeze();
+    for (let index = 0; index < 3; index += 1) sent.push(await ping(anvil, address));
+    await until(() => other.subscribeCalls.includes('logs'), 'the move to the other upstream', 15_000);
+    for (let index = 0; index < 5; index += 1) sent.push(await ping(anvil, address));
+    const lastBlock = await sentinelBlock(client, heads, () => events(logs).length >= sent.length);
     expect(other.subscribeCalls).toContain('logs');
     expect(gateway.logLines.some((line) => line.includes('subscriptions moving off an upstream') && line.includes('"stalled"'))).toBe(true);
     const seen = events(heads).filter((head) => Number(head.number) >= startBlock).map((head) => Number(head.number));
-    expect(seen).toEqual(Array.from({ length: lastBlock - startBlock + 1 }, (_, index) => startBlock + index));
+    expect(seen).toEqual(Array.from({ length: lastBlock - startBlock + 2 }, (_, index) => startBlock + index));
     expect(events(logs).map((log) => log.transactionHash)).toEqual(sent);
     client.ws.close();
   }, 60_000);
@@ -732,13 +791,12 @@ describe('WebSocket subscriptions across a reorg hidden by an upstream move', ()
     const client = await openClient(wsUrl(gateway, 'reorg'));
     const heads = (await client.call('eth_subscribe', ['newHeads'])).result as string;
     const logs = (await client.call('eth_subscribe', ['logs', { address }])).result as string;
-    await until(() => carrying.subscribeCalls.includes('logs'), 10_000, 'the upstream subscriptions');
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(carrying.subscribeCalls).toContain('logs');
     const events = (id: string) => client.messages.filter((message) => message.params?.subscription === id).map((message) => message.params.result);
     const first = await ping(anvil, address);
     const snapshot = await directRpc(anvil.url, 'evm_snapshot', []);
     const orphaned = await ping(anvil, address);
-    await until(() => events(logs).length === 2, 10_000, 'two logs');
+    await until(() => events(logs).length === 2, 'two logs', 10_000);
     const forkNumber = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) - 1;
     const orphanedHead = events(heads).at(-1);
     // The carrying upstream dies; while no upstream is reachable the chain reorganises.
@@ -746,11 +804,11 @@ describe('WebSocket subscriptions across a reorg hidden by an upstream move', ()
     await directRpc(anvil.url, 'evm_revert', [snapshot]);
     await mine(anvil, 2);
     standby.refuse(false);
-    await until(() => standby.subscribeCalls.includes('logs'), 10_000, 'the move to the standby');
+    await until(() => standby.subscribeCalls.includes('logs'), 'the move to the standby', 10_000);
     await mine(anvil, 1);
     const tip = Number(await directRpc(anvil.url, 'eth_blockNumber', []));
-    await until(() => events(heads).some((head) => Number(head.number) === tip) && events(logs).length >= 3, 10_000, 'the new chain and the removal');
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await until(() => events(heads).some((head) => Number(head.number) === tip) && events(logs).length >= 3, 'the new chain and the removal', 10_000);
+    await sentinelBlock(client, heads);
     const seenLogs = events(logs);
     expect(seenLogs.map((log) => [log.transactionHash, log.removed])).toEqual([
       [first, false],
@@ -760,9 +818,274 @@ describe('WebSocket subscriptions across a reorg hidden by an upstream move', ()
     const afterFork = events(heads).filter((head) => Number(head.number) > forkNumber);
     expect(afterFork[0].hash).toBe(orphanedHead.hash);
     const canonical = await Promise.all(
-      [forkNumber + 1, forkNumber + 2, forkNumber + 3].map(async (number) => ((await directRpc(anvil.url, 'eth_getBlockByNumber', [`0x${number.toString(16)}`, false])) as { hash: string }).hash),
+      [forkNumber + 1, forkNumber + 2, forkNumber + 3, forkNumber + 4].map(async (number) => ((await directRpc(anvil.url, 'eth_getBlockByNumber', [`0x${number.toString(16)}`, false])) as { hash: string }).hash),
     );
     expect(afterFork.slice(1).map((head) => head.hash)).toEqual(canonical);
     client.ws.close();
   }, 30_000);
+});
+
+describe('WebSocket subscriptions confirmed only once their events are assured', () => {
+  let gateway: TestGateway;
+  const proxies: Record<string, WsProxy> = {};
+  let address: `0x${string}`;
+  beforeAll(async () => {
+    const target = anvil.url.replace('http://', 'ws://');
+    for (const name of ['fresh', 'shared']) proxies[name] = await startWsProxy(target);
+    gateway = await startTestGateway({
+      networks: ['fresh', 'shared'].map((id) => ({ id, kind: 'evm', chainId: anvil.chainId, methods: METHODS, upstreams: [{ id, url: anvil.url, wsUrl: proxies[id]!.url }] })),
+    });
+    address = await deployPing(anvil);
+  }, 30_000);
+  afterAll(async () => {
+    await gateway?.close();
+    for (const proxy of Object.values(proxies)) await proxy.kill().catch(() => undefined);
+  });
+
+  /** A subscriber as a user writes one: the `ws` package by hand, or viem's webSocket transport. */
+  interface Subscriber {
+    /** Resolves with the id once the gateway confirmed the subscription. */
+    subscribe(params: ['newHeads'] | ['logs', { address: `0x${string}` }]): Promise<string>;
+    events(id: string): any[];
+    close(): Promise<void>;
+  }
+
+  async function rawSubscriber(url: string): Promise<Subscriber> {
+    const client = await openClient(url);
+    const events = (id: string) => client.messages.filter((message) => message.params?.subscription === id).map((message) => message.params.result);
+    return {
+      async subscribe(params) {
+        const answer = await client.call('eth_subscribe', params);
+        if (typeof answer.result !== 'string') throw new Error(`eth_subscribe failed: ${JSON.stringify(answer)}`);
+        return answer.result as string;
+      },
+      events,
+      async close() {
+        client.ws.close();
+        await client.closed;
+      },
+    };
+  }
+
+  async function viemSubscriber(url: string): Promise<Subscriber> {
+    const client = createPublicClient({ chain: foundry, transport: webSocket(url, { reconnect: false }) });
+    const received = new Map<string, any[]>();
+    const early: Array<{ id: string; result: unknown }> = [];
+    return {
+      async subscribe(params) {
+        // onData may run before subscribe() resolves (an event right behind the answer): keyed by the id it carries.
+        const onData = (data: any) => early.push({ id: data.subscription ?? '', result: data.result });
+        const { subscriptionId } = params[0] === 'newHeads' ? await client.transport.subscribe({ params: ['newHeads'], onData }) : await client.transport.subscribe({ params, onData });
+        return subscriptionId;
+      },
+      events(id) {
+        for (const { id: owner, result } of early.splice(0)) {
+          const list = received.get(owner) ?? [];
+          list.push(result);
+          received.set(owner, list);
+        }
+        return received.get(id) ?? [];
+      },
+      async close() {
+        await (await client.transport.getRpcClient()).close();
+      },
+    };
+  }
+
+  /** A block with one Ping log, mined by anvil as the transaction arrives (automine). */
+  async function pingNow(): Promise<{ hash: string; number: number }> {
+    const hash = (await directRpc(anvil.url, 'eth_sendTransaction', [{ from: privateKeyToAccount(DEV_KEY).address, to: address, gas: '0x7530' }])) as string;
+    // anvil answers as soon as the transaction is in its pool; the block follows at once.
+    let receipt: { blockNumber: string } | null = null;
+    await until(async () => (receipt = (await directRpc(anvil.url, 'eth_getTransactionReceipt', [hash])) as { blockNumber: string } | null) !== null, 'the receipt');
+    return { hash, number: Number(receipt!.blockNumber) };
+  }
+
+  /**
+   * Subscribes to newHeads and logs (in the given order) and mines a block with a log right after
+   * each confirmation, then one empty block. Every block mined after a subscription's confirmation
+   * reaches it, and every log: once, in order, nothing mined before.
+   */
+  async function subscribeAndMine(subscriber: Subscriber, headsFirst: boolean): Promise<void> {
+    const order = headsFirst ? (['newHeads', 'logs'] as const) : (['logs', 'newHeads'] as const);
+    const ids: Record<string, string> = {};
+    const mined: Array<{ hash: string; number: number }> = [];
+    for (const kind of order) {
+      ids[kind] = await subscriber.subscribe(kind === 'newHeads' ? ['newHeads'] : ['logs', { address }]);
+      mined.push(await pingNow());
+    }
+    await directRpc(anvil.url, 'evm_mine', []);
+    const last = mined[1]!.number + 1;
+    // Delivery is in order on one socket: once the last head is here, a late duplicate would be too.
+    await until(() => subscriber.events(ids.newHeads!).some((head) => Number(head.number) === last), `head ${last}`, 10_000);
+    // A block mined just before the confirmation may still be on its way to the gateway and come
+    // too (as from any node): the stream may start earlier, never later, and has no gap or repeat.
+    const headsFrom = headsFirst ? mined[0]!.number : mined[1]!.number;
+    const heads = subscriber.events(ids.newHeads!).map((head) => Number(head.number));
+    expect(heads[0]).toBeLessThanOrEqual(headsFrom);
+    expect(heads).toEqual(Array.from({ length: last - heads[0]! + 1 }, (_, index) => heads[0]! + index));
+    const logsFrom = headsFirst ? mined.slice(1) : mined;
+    await until(() => subscriber.events(ids.logs!).length >= logsFrom.length, 'the logs', 10_000);
+    const logs = subscriber.events(ids.logs!).map((log) => log.transactionHash as string);
+    expect(logs.slice(-logsFrom.length)).toEqual(logsFrom.map((block) => block.hash));
+    expect(new Set(logs).size).toBe(logs.length);
+    expect(logs.length - logsFrom.length).toBeLessThanOrEqual(1);
+  }
+
+  it('subscribe and mine at once, 50 times: fresh and shared upstream subscriptions, newHeads and logs, raw ws and viem', async () => {
+    // The shared network keeps both upstream subscriptions open all along (this holder), so each
+    // newcomer joins existing ones; the fresh network has none left between rounds.
+    const holder = await rawSubscriber(wsUrl(gateway, 'shared'));
+    const holderHeads = await holder.subscribe(['newHeads']);
+    const holderLogs = await holder.subscribe(['logs', { address }]);
+    const firstHead = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) + 1;
+    for (let round = 0; round < 50; round += 1) {
+      const open = round % 4 < 2 ? rawSubscriber : viemSubscriber;
+      await until(() => proxies.fresh!.open() === 0, 'the fresh network to hold no upstream subscription', 10_000);
+      const fresh = await open(wsUrl(gateway, 'fresh'));
+      await subscribeAndMine(fresh, round % 2 === 0);
+      await fresh.close();
+      const shared = await open(wsUrl(gateway, 'shared'));
+      await subscribeAndMine(shared, round % 2 === 1);
+      await shared.close();
+    }
+    // Every fresh round made its own upstream subscriptions; the shared ones were made once.
+    expect(proxies.fresh!.subscribeCalls.filter((call) => call === 'logs')).toHaveLength(50);
+    expect(proxies.shared!.subscribeCalls.filter((call) => call === 'logs')).toHaveLength(1);
+    // The holder saw every head since it subscribed once, in order, and every Ping of the network.
+    const tip = Number(await directRpc(anvil.url, 'eth_blockNumber', []));
+    await until(() => holder.events(holderHeads).some((head) => Number(head.number) === tip), 'the tip at the holder', 10_000);
+    expect(holder.events(holderHeads).map((head) => Number(head.number))).toEqual(Array.from({ length: tip - firstHead + 1 }, (_, index) => firstHead + index));
+    const anvilLogs = (await directRpc(anvil.url, 'eth_getLogs', [{ address, fromBlock: `0x${firstHead.toString(16)}`, toBlock: 'latest' }])) as any[];
+    expect(holder.events(holderLogs).map((log) => `${log.blockHash}:${log.logIndex}`)).toEqual(anvilLogs.map((log) => `${log.blockHash}:${log.logIndex}`));
+    expect(anvilLogs).toHaveLength(200);
+    await holder.close();
+  }, 180_000);
+});
+
+describe('WebSocket subscriptions under bursts of heads: memory bounded, readers complete', () => {
+  // The gateway as its own process (`node dist/cli.js serve`, SQLite store, every event charged),
+  // so its resident memory is its own. 200 newHeads subscriptions, one per connection: 150
+  // clients read, 50 stop reading once subscribed. anvil mines 256 blocks at once, five times.
+  const SUBSCRIBERS = 200;
+  const NON_READERS = 50;
+  const BURSTS = 5;
+  const BURST_BLOCKS = 256;
+  /** The documented bound (docs/websocket.md#bounds): growth of the gateway's RSS over the bursts. */
+  const RSS_GROWTH_BOUND = 128 * 1024 * 1024;
+  let child: ChildProcess | undefined;
+  let workDir: string;
+  let proxy: WsProxy;
+  const logLines: string[] = [];
+
+  afterAll(async () => {
+    if (child !== undefined && child.exitCode === null) {
+      const exited = new Promise((resolve) => child!.once('exit', resolve));
+      child.kill('SIGTERM');
+      await exited;
+    }
+    await proxy?.kill();
+    if (workDir !== undefined) rmSync(workDir, { recursive: true, force: true });
+  });
+
+  function rssOf(pid: number): number {
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    return Number(/VmRSS:\s+(\d+) kB/.exec(status)![1]) * 1024;
+  }
+
+  async function spawnGateway(): Promise<{ origin: string; secret: string; pid: number }> {
+    workDir = mkdtempSync(join(tmpdir(), 'tollgate-ws-bursts-'));
+    const cli = join(import.meta.dirname, '..', 'dist', 'cli.js');
+    const db = join(workDir, 'tollgate.db');
+    execFileSync(process.execPath, [cli, 'teams', 'create', 'bursts', '--daily-credits', '1000000000000', '--db', db]);
+    const { secret } = JSON.parse(execFileSync(process.execPath, [cli, 'keys', 'create', '--team', 'bursts', '--db', db], { encoding: 'utf8' })) as { secret: string };
+    const config = join(workDir, 'gateway.yaml');
+    writeFileSync(
+      config,
+      toYaml({
+        // 1 MiB per connection: a client that stopped reading is closed in the fourth burst; one
+        // that reads is at most a burst (~330 KB of heads) behind.
+        server: { host: '127.0.0.1', port: 0, websocket: { maxConnectionsPerKey: SUBSCRIBERS, maxBufferedBytes: 1024 * 1024 } },
+        admin: { host: '127.0.0.1', port: 0 },
+        store: { driver: 'sqlite', path: db },
+        networks: [{ id: 'eth', kind: 'evm', chainId: anvil.chainId, baseUrls: ['*/eth'], healthCheck: { intervalMs: 0 }, upstreams: [{ id: 'anvil', url: anvil.url, wsUrl: proxy.url }] }],
+      }),
+    );
+    child = spawn(process.execPath, [cli, 'serve', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const started = child;
+    let pending = '';
+    const listening = new Promise<string>((resolve, reject) => {
+      started.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+        const lines = (pending + chunk).split('\n');
+        pending = lines.pop()!;
+        for (const line of lines) {
+          logLines.push(line);
+          if (line.includes('"gateway listening"')) resolve((JSON.parse(line) as { rpc: string }).rpc);
+        }
+      });
+      started.stderr!.setEncoding('utf8').on('data', (chunk: string) => logLines.push(chunk));
+      started.once('exit', (code) => reject(new Error(`the gateway exited (${code}): ${logLines.join('\n').slice(-2000)}`)));
+    });
+    return { origin: await listening, secret, pid: started.pid! };
+  }
+
+  it('200 subscriptions, 5 bursts of 256 heads: RSS growth under 128 MiB, every reader sees every head once and in order', async () => {
+    proxy = await startWsProxy(anvil.url.replace('http://', 'ws://'));
+    const gatewayProcess = await spawnGateway();
+    const url = `${gatewayProcess.origin.replace('http://', 'ws://')}/eth/ws/v3/${gatewayProcess.secret}`;
+    const clients = await Promise.all(Array.from({ length: SUBSCRIBERS }, () => openClient(url)));
+    const ids = await Promise.all(clients.map(async (client) => (await client.call('eth_subscribe', ['newHeads'])).result as string));
+    expect(new Set(ids).size).toBe(SUBSCRIBERS);
+    expect(proxy.subscribeCalls).toEqual(['newHeads']);
+    const readers = clients.slice(NON_READERS);
+    const nonReaders = clients.slice(0, NON_READERS);
+    for (const client of nonReaders) (client.ws as unknown as { _socket: import('node:net').Socket })._socket.pause();
+    const closedCodes = new Map<Client, number>();
+    for (const client of clients) void client.closed.then(({ code }) => closedCodes.set(client, code));
+    const heads = (client: Client) => client.messages.filter((message) => message.method === 'eth_subscription').map((message) => message.params.result);
+
+    const first = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) + 1;
+    const baseline = rssOf(gatewayProcess.pid);
+    let peak = baseline;
+    const sampler = setInterval(() => (peak = Math.max(peak, rssOf(gatewayProcess.pid))), 50);
+    try {
+      for (let burst = 1; burst <= BURSTS; burst += 1) {
+        await directRpc(anvil.url, 'anvil_mine', [`0x${BURST_BLOCKS.toString(16)}`]);
+        const tip = first + burst * BURST_BLOCKS - 1;
+        // The next burst once every reader still open has this one.
+        await until(
+          () => readers.every((client) => closedCodes.has(client) || heads(client).at(-1)?.number === `0x${tip.toString(16)}`),
+          `burst ${burst} at every reader`,
+          60_000,
+        );
+      }
+    } finally {
+      clearInterval(sampler);
+    }
+    peak = Math.max(peak, rssOf(gatewayProcess.pid));
+    const growth = peak - baseline;
+    const last = first + BURSTS * BURST_BLOCKS - 1;
+    console.log(`gateway RSS ${(baseline / 1048576).toFixed(0)} MiB before the bursts, peak ${(peak / 1048576).toFixed(0)} MiB: growth ${(growth / 1048576).toFixed(1)} MiB`);
+    expect(growth).toBeLessThan(RSS_GROWTH_BOUND);
+
+    // Every reader: open, every head from the first of the first burst to the last, once, in order, each the parent's child.
+    for (const client of readers) {
+      expect(closedCodes.has(client)).toBe(false);
+      const seen = heads(client);
+      expect(seen.map((head) => Number(head.number))).toEqual(Array.from({ length: last - first + 1 }, (_, index) => first + index));
+      for (let index = 1; index < seen.length; index += 1) expect(seen[index].parentHash).toBe(seen[index - 1].hash);
+    }
+    // The non-readers' heads went into their sockets' kernel buffers (several MB on loopback)
+    // before any waited in the gateway; once they read again, whatever they get is the start of
+    // the stream, contiguous, never a head twice (their queue bound is shown by the test below).
+    for (const client of nonReaders) (client.ws as unknown as { _socket: import('node:net').Socket })._socket.resume();
+    for (const client of nonReaders) {
+      await until(() => closedCodes.has(client) || heads(client).length > 0, 'a non-reader reading again', 30_000);
+      const seen = heads(client).map((head) => Number(head.number));
+      expect(seen).toEqual(Array.from({ length: seen.length }, (_, index) => first + index));
+    }
+    for (const client of nonReaders) client.ws.terminate();
+    for (const client of readers) client.ws.close();
+    await Promise.all(readers.map((client) => client.closed));
+  }, 240_000);
 });

@@ -300,10 +300,15 @@
 
   (async () => {
     try {
+      // 200 either way: {signedIn: false} without a session, so a signed-out load logs no error.
       const session = await api('GET', '/session');
-      state.csrf = session.csrfToken;
-      show(true);
-      await load();
+      if (session.signedIn) {
+        state.csrf = session.csrfToken;
+        show(true);
+        await load();
+      } else {
+        show(false);
+      }
     } catch {
       show(false);
     }

@@ -7,7 +7,7 @@ import type { AlertTargets } from './alert-targets.js';
 import type { WebhookSender } from './webhook-sender.js';
 
 /**
- * Quota threshold alerts (DESIGN §9): when a team's spend of a UTC day reaches a threshold
+ * Quota threshold alerts (docs/webhooks.md): when a team's spend of a UTC day reaches a threshold
  * (default 75, 90 and 100 % of its daily quota), one `quota.threshold` event per threshold, team
  * and day is sent, however many replicas see the crossing.
  *
@@ -24,6 +24,8 @@ export interface QuotaAlerts {
   observe(teamId: string, day: string, used: number, limit: number): void;
   /** Re-checks the last spend seen of a team whose alert settings were still loading. */
   settingsLoaded(teamId: string): void;
+  /** Resolves once every check started so far has ended: settings loaded, events claimed and handed to the sender. */
+  idle(): Promise<void>;
 }
 
 /** Claims are kept past the day they belong to, so a replica whose clock lags cannot claim again. */
@@ -49,11 +51,18 @@ export function createQuotaAlerts(options: {
   /** The latest spend seen of a team whose settings are still loading. */
   const waiting = new Map<string, { day: string; used: number; limit: number }>();
   const pending = new Map<string, { teamId: string; day: string; limit: number }>();
+  /** Settings loads and claims under way, for `idle`. */
+  const inFlight = new Set<Promise<unknown>>();
+  const track = (work: Promise<unknown>): void => {
+    inFlight.add(work);
+    void work.finally(() => inFlight.delete(work)).catch(() => undefined);
+  };
 
   function check(teamId: string, day: string, used: number, limit: number): void {
     const alerting = targets.peek(teamId);
     if (alerting === undefined) {
       waiting.set(teamId, { day, used, limit });
+      track(targets.get(teamId));
       return;
     }
     if (alerting.target === null || limit <= 0) return;
@@ -68,7 +77,7 @@ export function createQuotaAlerts(options: {
       if (handled === undefined) fired.set(teamId, (handled = new Set()));
       if (handled.has(threshold)) continue;
       handled.add(threshold);
-      void claimAndSend(teamId, day, threshold, used, limit);
+      track(claimAndSend(teamId, day, threshold, used, limit));
     }
   }
 
@@ -88,6 +97,10 @@ export function createQuotaAlerts(options: {
 
   return {
     observe: check,
+    async idle() {
+      // A loaded setting starts claims of its own: wait until nothing is left.
+      while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
+    },
     settingsLoaded(teamId) {
       const last = waiting.get(teamId);
       if (last === undefined) return;

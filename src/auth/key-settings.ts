@@ -7,7 +7,7 @@ export { compileIpRanges, isIpRange, type IpMatcher } from './ip-matcher.js';
 export { compileOrigins, isOriginPattern, type OriginMatcher } from './origin-matcher.js';
 
 /**
- * Per-key settings (DESIGN §3, docs/keys.md): validation of what an operator submits, and the
+ * Per-key settings (docs/keys.md): validation of what an operator submits, and the
  * compiled form a request is checked against. Rules of different types are ANDed, entries of one
  * type ORed; an empty list is no rule. Compiled once per key load, so a request pays only for the
  * rule types its key has, and a key without settings pays nothing.

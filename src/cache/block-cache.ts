@@ -1,4 +1,4 @@
-import { LRUCache } from 'lru-cache';
+import type { LRUCache } from 'lru-cache';
 
 /**
  * Blocks by hash are immutable, so `eth_getBlockByHash` results are cached as the exact JSON
@@ -22,10 +22,10 @@ export interface BlockCache {
 }
 
 /** Per-form bookkeeping (the form record, lru-cache's slot, the key), counted against the byte bound. */
-const ENTRY_OVERHEAD_BYTES = 160;
+export const ENTRY_OVERHEAD_BYTES = 160;
 
 /** One cached answer: the result bytes for a network and hydrated flag. */
-interface BlockForm {
+export interface BlockForm {
   network: string;
   hydrated: boolean;
   bytes: Buffer;
@@ -63,38 +63,32 @@ function dehydrate(hydratedBytes: Buffer): Buffer | undefined {
   return dehydrateBlock(JSON.parse(hydratedBytes.toString('utf8')));
 }
 
-export function createBlockCache(options: { maxBytes: number; onEvict?: () => void }): BlockCache {
-  let evictions = 0;
-  let formCount = 0;
+/** What one key of the in-process LRU holds: a block hash's forms, or one answer of another method. */
+export type BlockForms = readonly BlockForm[];
+
+/**
+ * The block cache over the in-process tier's LRU (memory-tier.ts): keyed by the lower-case hash
+ * alone (no other key starts with `0x`), holding that hash's forms.
+ */
+export function blockCacheOver(lru: LRUCache<string, BlockForms | object>, counters: { forms: number }, stats: () => BlockCacheStats): BlockCache {
   // Keyed by the (lower-case) block hash alone, holding that hash's forms: usually one or two.
   // A key joining network, hash and flag cost a concatenation, its flattening and the hashing of
   // the longer string on every lookup, cache hits included.
-  const lru = new LRUCache<string, readonly BlockForm[]>({
-    maxSize: options.maxBytes,
-    sizeCalculation: formsSize,
-    // Also called with 'set' when a hash's forms are replaced by a new array (see store()).
-    dispose: (forms, _hash, reason) => {
-      formCount -= forms.length;
-      if (reason === 'evict') {
-        evictions += forms.length;
-        for (let index = 0; index < forms.length; index += 1) options.onEvict?.();
-      }
-    },
-  });
+  const formsAt = (hash: string): BlockForms | undefined => lru.get(hash) as BlockForms | undefined;
 
   function store(network: string, hash: string, hydrated: boolean, bytes: Buffer): void {
     const form: BlockForm = { network, hydrated, bytes };
-    const current = lru.get(hash) ?? [];
+    const current = formsAt(hash) ?? [];
     // A new array every time: lru-cache recomputes an entry's size only when its value changes.
     const forms = [...current.filter((other) => other.network !== network || other.hydrated !== hydrated), form];
     // An entry larger than the whole cache is refused by lru-cache; that is the right outcome.
     lru.set(hash, forms);
-    if (lru.has(hash)) formCount += forms.length;
+    if (lru.has(hash)) counters.forms += forms.length;
   }
 
   return {
     get(network, hash, hydrated) {
-      const forms = lru.get(hash);
+      const forms = formsAt(hash);
       if (forms === undefined) return undefined;
       const exact = findForm(forms, network, hydrated);
       if (exact !== undefined || hydrated) return exact?.bytes;
@@ -105,8 +99,13 @@ export function createBlockCache(options: { maxBytes: number; onEvict?: () => vo
       return derived;
     },
     set: store,
-    stats: () => ({ entries: formCount, bytes: lru.calculatedSize, maxBytes: options.maxBytes, evictions }),
+    stats,
   };
+}
+
+/** The size of a block hash's forms as counted against the byte bound. */
+export function blockFormsSize(forms: BlockForms, hash: string): number {
+  return formsSize(forms, hash);
 }
 
 /** The cache when `cache.maxBytes` is 0: every lookup misses, nothing is kept. */

@@ -55,6 +55,17 @@ const upstreamSchema = z.strictObject({
   weight: z.number().min(0).default(1),
   /** Methods this upstream does not serve (names or globs); routing skips it for them. See docs/methods.md. */
   methods: z.strictObject({ deny: z.array(methodGlob).default([]) }).prefault({}),
+  /** `eth_getLogs` (docs/logs.md). */
+  getLogs: z
+    .strictObject({
+      /**
+       * Widest block range (toBlock − fromBlock + 1) this upstream answers; wider calls are split
+       * into chunks aligned to multiples of the smallest such range among the network's upstreams.
+       * Unset: no known cap (an upstream's "range too large" answer still bisects the chunk).
+       */
+      maxRange: positiveInt.optional(),
+    })
+    .prefault({}),
 });
 
 const circuitBreakerSchema = z.strictObject({
@@ -111,6 +122,24 @@ const subscriptionsSchema = z.strictObject({
   reconnectDelayMs: positiveInt.default(1_000),
 });
 
+/** The response cache's classes: each can be turned off per network (`cache.disable`); see docs/caching.md. */
+export const CACHE_CLASSES = ['pinned', 'finalized', 'transaction', 'slot', 'realtime', 'ttl'] as const;
+
+const networkCacheSchema = z.strictObject({
+  /**
+   * Realtime answers (`eth_blockNumber`, `eth_gasPrice`, `getSlot`, ...) are always shared by
+   * identical concurrent calls; with a TTL above 0 they are also cached for this long. Default 0.
+   */
+  realtimeTtlMs: z.number().int().min(0).max(60_000).default(0),
+  /** Method names or class names (pinned, finalized, transaction, slot, realtime, ttl) never cached on this network. */
+  disable: z.array(z.union([z.enum(CACHE_CLASSES), methodName])).default([]),
+  /**
+   * Seconds an answer of this method is cached for. Turns caching on for methods whose answers
+   * can change (the DAS methods, any other read); for the classes above it bounds an entry's life.
+   */
+  ttlSeconds: z.record(methodName, z.number().int().positive().max(7 * 86_400)).default({}),
+});
+
 const networkSchema = z.strictObject({
   /** Name used in key allow-lists, usage reports, logs and metrics. */
   id: z.string().regex(/^[A-Za-z0-9_.-]+$/),
@@ -148,6 +177,14 @@ const networkSchema = z.strictObject({
   /** An upstream this many blocks behind the best probed head is tried after the others. */
   maxBlockLag: z.number().int().min(0).default(5),
   healthCheck: healthCheckSchema.prefault({}),
+  /**
+   * How an upstream's finalized block is known (from the health probes): its
+   * `eth_getBlockByNumber("finalized")`, or where an upstream does not support the tag, its head
+   * minus `depth` blocks. Asset networks read `getSlot` at `finalized` commitment instead.
+   */
+  finality: z.strictObject({ depth: z.number().int().min(0).max(100_000).default(64) }).prefault({}),
+  /** The response cache on this network (docs/caching.md). */
+  cache: networkCacheSchema.prefault({}),
   hedge: hedgeSchema.prefault({}),
   /** Subscriptions over the WebSocket endpoint (`eth_subscribe`, docs/websocket.md); EVM networks. */
   subscriptions: subscriptionsSchema.prefault({}),
@@ -157,6 +194,19 @@ const networkSchema = z.strictObject({
    * only after an attempt failed (docs/routing.md#transactions).
    */
   broadcast: z.boolean().default(false),
+  /** `eth_getLogs` and `eth_getFilterLogs` at any range (docs/logs.md). */
+  getLogs: z
+    .strictObject({
+      /** Widest block range a client may ask for, tags resolved first; 0 = unlimited. Wider is `-32602`, uncharged. */
+      maxRange: z.number().int().min(0).default(10_000),
+      /** Most contract addresses one call may name; unset = no limit. More is `-32602`, uncharged. */
+      maxAddresses: positiveInt.optional(),
+      /** Most topic values one call may name, summed over the four positions (each alternative counts); unset = no limit. */
+      maxTopics: positiveInt.optional(),
+      /** Chunks of one split call under way at once. */
+      concurrency: positiveInt.max(64).default(4),
+    })
+    .prefault({}),
 });
 
 const sqliteStoreSchema = z.strictObject({
@@ -198,10 +248,19 @@ const websocketSchema = z.strictObject({
   /** A connection that has not answered a ping with a pong within this is closed (1001). */
   pongTimeoutMs: positiveInt.default(10_000),
   /**
-   * Bytes that may wait in one connection's send buffer (a client not reading). Past it the
-   * connection is closed with 1013; nothing is buffered beyond it, and its pending events are not charged.
+   * Bytes that may wait for one connection: its queued subscription events plus its socket's
+   * unsent bytes (a client not reading). Past it the connection is closed with 1013; its waiting
+   * events are dropped, uncharged.
    */
   maxBufferedBytes: positiveInt.default(4 * 1024 * 1024),
+  /** Subscription events that may wait for one connection (their charges reserved); past it, closed with 1013. */
+  maxQueuedEvents: positiveInt.default(4_096),
+  /**
+   * Subscription events waiting for all connections of the process together, and their bytes:
+   * past either, the connections with the most bytes waiting are closed with 1013 until under it.
+   */
+  maxProcessQueuedEvents: positiveInt.default(200_000),
+  maxProcessQueuedBytes: positiveInt.default(256 * 1024 * 1024),
 });
 
 /** The team self-service page and team API (docs/portal.md). */
@@ -315,8 +374,22 @@ export const configSchema = z
     store: storeSchema.prefault({ driver: 'sqlite' }),
     cache: z
       .strictObject({
-        /** Byte bound of the `eth_getBlockByHash` cache (result bytes plus per-entry overhead); 0 disables it. */
+        /**
+         * Byte bound of the in-process response cache, every method and network together (answer
+         * bytes plus per-entry overhead); 0 turns the in-process tier off. See docs/caching.md.
+         */
         maxBytes: z.number().int().min(0).default(256 * 1024 * 1024),
+        /** A response cache shared by every replica, in Redis; absent: none. */
+        shared: z
+          .strictObject({
+            /** `redis://[user:password@]host:port[/db]` or `rediss://` (the store's Redis or another); use `${ENV}` for a password. */
+            url: z.string().regex(/^rediss?:\/\//, 'a redis:// or rediss:// URL'),
+            /** How long an entry lives in Redis (answers of a `ttlSeconds` method live no longer than their own TTL). */
+            ttlSeconds: positiveInt.max(30 * 86_400).default(86_400),
+            /** Answers larger than this (before compression) are kept in process only. */
+            maxItemBytes: positiveInt.max(64 * 1024 * 1024).default(1024 * 1024),
+          })
+          .optional(),
       })
       .prefault({}),
     credits: z

@@ -13,6 +13,7 @@ export function collectConfigSecrets(config: GatewayConfig): string[] {
     }
   }
   if (config.filters.idSecret !== undefined) secrets.add(config.filters.idSecret);
+  if (config.cache.shared !== undefined) addUrlSecrets(config.cache.shared.url, secrets);
   return [...secrets].filter((secret) => secret.length >= 8);
 }
 

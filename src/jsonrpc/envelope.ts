@@ -106,7 +106,7 @@ function toItem(value: unknown, spans: ItemSpans, text: string, limits: Envelope
   if (hasId && !idValid) return invalid('id must be a string, a number or null');
   if (request.jsonrpc !== '2.0') return invalid('jsonrpc must be exactly "2.0"');
   if (typeof request.method !== 'string' || request.method === '') return invalid('method must be a non-empty string');
-  // `params: null` means "params not given" (DESIGN §1.2, as the reference servers read it): a
+  // `params: null` means "params not given" (as the reference servers read it): a
   // method that needs params answers -32602 naming what is missing, one that takes none is served.
   const params = request.params === null ? undefined : request.params;
   if (params !== undefined && typeof params !== 'object') return invalid('params must be an array or an object');

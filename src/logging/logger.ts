@@ -1,4 +1,5 @@
 import pino, { type Logger } from 'pino';
+import { createLineWriter } from './line-writer.js';
 import { createSecretScrubber, DEFAULT_MAX_LENGTH, type SecretScrubber } from './redaction.js';
 
 export type { Logger };
@@ -39,7 +40,7 @@ function scrubErrorValue(value: unknown, scrubber: SecretScrubber, depth: number
 
 export interface LoggerOptions {
   level?: string;
-  /** Where lines go; a test passes a stream to capture them. Defaults to stdout. */
+  /** Where lines go; a test passes a stream to capture them. Defaults to stdout, written in batches (line-writer.ts). */
   destination?: pino.DestinationStream;
   /** Known secrets (upstream URL credentials, header values, the admin token) to scrub from error text. */
   secrets?: readonly string[];
@@ -71,7 +72,7 @@ export function createLogger(options: LoggerOptions = {}): Logger {
       // Error messages can embed URLs (undici puts the origin in some) and upstream text.
       serializers: { err: (error: unknown) => scrubErrorValue(pino.stdSerializers.err(error as Error), scrubber, 0) },
     },
-    options.destination ?? pino.destination({ sync: false }),
+    options.destination ?? createLineWriter(),
   );
   scrubbers.set(logger, scrubber);
   return logger;

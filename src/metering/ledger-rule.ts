@@ -1,7 +1,7 @@
 import type { AdmissionResult, ChargeSubject, LedgerOp, LedgerResult } from './ledger.js';
 
 /**
- * The credit rule, once, for every store driver (DESIGN §3): admission (the team's daily quota,
+ * The credit rule, once, for every store driver (docs/store.md): admission (the team's daily quota,
  * then the key's own cap, then the team's credits-per-second bucket), settle and refund, decided
  * by a pure function over the counters a batch of operations reads. It does no I/O and reads no
  * clock: time comes with each operation (`nowMs`, from the meter's injected clock) and the UTC
@@ -257,6 +257,14 @@ export function decideLedger(ops: readonly LedgerOp[], counters: LedgerCounters)
         charged.requests += 1;
         return { ok: true, teamUsed: teamUsed(accountOf(teams, row.teamId, row.day)) };
       }
+      case 'reverse': {
+        const accounts = accountsOf(op.subject);
+        accounts.team.delta -= op.subject.cost;
+        accounts.key.delta -= op.subject.cost;
+        accounts.usage.credits -= op.subject.cost;
+        accounts.usage.requests -= 1;
+        return { ok: true, teamUsed: teamUsed(accounts.team) };
+      }
       case 'refund': {
         const row = endReservation(op.reservationId);
         if (row === undefined) return { ok: false, reason: 'reservation_gone' };
@@ -284,7 +292,7 @@ export function decideLedger(ops: readonly LedgerOp[], counters: LedgerCounters)
     deltas: {
       teamDays: changed(teams),
       keyDays: changed(keys),
-      usage: [...usage.values()].filter((row) => row.requests > 0),
+      usage: [...usage.values()].filter((row) => row.requests !== 0),
       buckets: [...buckets.values()],
       reserved,
       ended,

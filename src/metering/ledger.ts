@@ -33,7 +33,13 @@ export type LedgerOp =
   /** The call cost nothing after all (every upstream failed): give the credits back. */
   | { type: 'refund'; reservationId: string }
   /** Read the team's spend of a day without changing anything (for X-Credits-Remaining). */
-  | { type: 'peek'; teamId: string; day: string };
+  | { type: 'peek'; teamId: string; day: string }
+  /**
+   * A charged call whose answer could not be written after all (the client reset the connection
+   * first): its credits come back and the usage report drops it. Charges are made before the
+   * answer is written, so a crash never loses one for an answer that went out.
+   */
+  | { type: 'reverse'; subject: ChargeSubject };
 
 /** Done; `teamUsed` is the team's spend of that day (reservations included) right after it. */
 export interface LedgerDone {
@@ -60,7 +66,7 @@ export type FinishResult = LedgerDone | ReservationGone;
 export type LedgerResult = AdmissionResult | ReservationGone;
 
 /** The result type of one operation type. */
-export type LedgerResultOf<Op extends LedgerOp> = Op extends { type: 'peek' }
+export type LedgerResultOf<Op extends LedgerOp> = Op extends { type: 'peek' | 'reverse' }
   ? LedgerDone
   : Op extends { type: 'reserve' | 'charge' }
     ? AdmissionResult

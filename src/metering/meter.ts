@@ -18,6 +18,8 @@ export interface Meter {
   /** Charges a reservation; `reservation_gone` when it was already refunded (nothing is charged then). */
   settle(reservationId: string): Promise<FinishResult>;
   refund(reservationId: string): Promise<FinishResult>;
+  /** Gives back a charge (or a settled reservation) whose answer could not be written. */
+  reverse(subject: ChargeSubject): Promise<LedgerDone>;
   /** The team's spend so far on `day`. */
   peek(teamId: string, day: string): Promise<LedgerDone>;
   /**
@@ -93,6 +95,7 @@ export function createMeter(ledger: Ledger, options: { now?: () => number } = {}
     charge: (subject) => submit({ type: 'charge', subject, nowMs: now() }),
     settle: (reservationId) => submit({ type: 'settle', reservationId }),
     refund: (reservationId) => submit({ type: 'refund', reservationId }),
+    reverse: (subject) => submit({ type: 'reverse', subject }),
     peek: (teamId, day) => submit({ type: 'peek', teamId, day }),
     release(reservationId) {
       toRelease.add(reservationId);

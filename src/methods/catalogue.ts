@@ -1,7 +1,7 @@
 import { globsMatcher, globsOverlap } from './method-globs.js';
 
 /**
- * The built-in method catalogue (DESIGN §1.3): per network kind, the methods the gateway serves
+ * The built-in method catalogue: per network kind, the methods the gateway serves
  * and their default prices in credits, the price of any other method, and the methods denied by
  * default. This table is the single source of truth: the method table of each network is built
  * from it and the network's config, and `test/methods-doc.test.ts` keeps docs/methods.md in step
@@ -15,7 +15,7 @@ export type NetworkKind = (typeof NETWORK_KINDS)[number];
 export interface CatalogueGroup {
   credits: number;
   methods: readonly string[];
-  /** Served over WebSocket only (DESIGN §8); over HTTP these are `-32601`. */
+  /** Served over WebSocket only (docs/websocket.md); over HTTP these are `-32601`. */
   webSocketOnly?: true;
   /** Why the group exists or costs what it costs, for docs/methods.md. */
   note?: string;
@@ -125,7 +125,7 @@ export const CATALOGUE: Readonly<Record<NetworkKind, Catalogue>> = {
           'net_peerCount',
           'web3_clientVersion',
         ],
-        note: '`eth_getBlockByHash` is validated, verified and cached (DESIGN §1.1, §4); `eth_newPendingTransactionFilter` is not in Infura\'s table and costs what any other method costs',
+        note: '`eth_getBlockByHash` is validated, verified and cached; `eth_newPendingTransactionFilter` is not in Infura\'s table and costs what any other method costs',
       },
       {
         credits: 150,
@@ -196,7 +196,7 @@ export const CATALOGUE: Readonly<Record<NetworkKind, Catalogue>> = {
           'getTokenAccounts',
           'getNftEditions',
         ],
-        note: 'the DAS methods, one flat price as Helius and Infura price them; only `getAssetsByGroup` is validated by the gateway (DESIGN §1.2), the others pass through',
+        note: 'the DAS methods, one flat price as Helius and Infura price them; only `getAssetsByGroup` is validated by the gateway, in the reference DAS server\'s rule order; the others pass through',
       },
       { credits: 80, methods: SOLANA_RPC_METHODS, note: 'standard Solana JSON-RPC methods' },
     ],

@@ -4,7 +4,7 @@ import { isBase58, isBase58PublicKey } from './base58.js';
 /**
  * `getAssetsByGroup` (Solana DAS). Both param forms that real clients send are accepted and
  * normalised once into an {@link AssetsByGroupQuery}; upstreams then get it in the form they
- * declare. Validation follows the reference server's order (DESIGN §1.2): the first failing
+ * declare. Validation follows the reference DAS server's order: the first failing
  * rule wins, and nothing invalid ever reaches an upstream.
  */
 

@@ -5,11 +5,12 @@ import { parseAssetsByGroupParams, serialiseAssetsByGroupParams } from './get-as
 import { CATALOGUE, createDenyRule, type NetworkKind } from './catalogue.js';
 import { globsMatcher } from './method-globs.js';
 import { GatewayError } from '../errors.js';
+import { parseLogsQuery, type LogsQuery } from '../routing/logs-range.js';
 
 /**
  * What the gateway knows about each method a network offers: its cost, how its params are
  * validated and normalised (once per request), and how they are sent to a given upstream. The
- * methods and default prices come from the catalogue (./catalogue.ts, DESIGN §1.3); a few
+ * methods and default prices come from the catalogue (./catalogue.ts, docs/methods.md); a few
  * first-class methods have their own preparers here, every other method passes through.
  */
 
@@ -44,7 +45,10 @@ export type PreparedCall = (
     }
   | { kind: 'assets'; method: 'getAssetsByGroup'; cost: number; query: ReturnType<typeof parseAssetsByGroupParams> }
   | { kind: 'local'; method: string; cost: number; result: unknown }
-  | { kind: 'pass-through'; method: string; cost: number; params: unknown }
+  /** `eth_getLogs` over a range: checked against the network's limits, split by the logs route. */
+  | { kind: 'logs'; method: 'eth_getLogs'; cost: number; params: unknown; query: LogsQuery }
+  /** `verification`: set for `eth_getBlockByNumber`, whose answers are checked like every block answer. */
+  | { kind: 'pass-through'; method: string; cost: number; params: unknown; verification?: BlockVerification }
 ) & {
   /**
    * The ids of the upstreams that serve this method, when some of the network's upstreams deny it
@@ -70,11 +74,17 @@ const BUILT_IN: Record<NetworkKind, Record<string, (network: NetworkConfig) => P
         fetchHydrated: query.hydrated || network.verification === 'full',
       };
     },
+    eth_getBlockByNumber: (network) => {
+      const forward = passThrough('eth_getBlockByNumber');
+      return (params, cost) => ({ ...forward(params, cost), verification: network.verification });
+    },
     // Answered from config: ethers and viem ask for the chain id before anything else.
     eth_chainId: (network) => {
       const result = `0x${(network.chainId ?? 0).toString(16)}`;
       return (_params, cost) => ({ kind: 'local', method: 'eth_chainId', cost, result });
     },
+    // Limits are checked here, before anything is reserved: a call over them is uncharged.
+    eth_getLogs: (network) => (params, cost) => ({ kind: 'logs', method: 'eth_getLogs', cost, params, query: parseLogsQuery(params, network.getLogs) }),
     net_version: (network) => {
       const result = String(network.chainId ?? 0);
       return (_params, cost) => ({ kind: 'local', method: 'net_version', cost, result });
@@ -213,6 +223,7 @@ export function upstreamParams(call: PreparedCall, upstream: UpstreamConfig): un
     case 'assets':
       return serialiseAssetsByGroupParams(call.query, upstream.params);
     case 'pass-through':
+    case 'logs':
       return call.params;
     case 'local':
       return undefined;
@@ -221,11 +232,27 @@ export function upstreamParams(call: PreparedCall, upstream: UpstreamConfig): un
 
 /**
  * The check an upstream's result must pass for this call (a block must verify against the hash
- * asked for, DESIGN §5), or undefined when results are passed on unparsed. `null` passes here;
- * whether it is believed is the null-confirmation policy's business.
+ * asked for, docs/verification.md), or undefined when results are passed on unparsed. `null` passes
+ * here; whether it is believed is the null-confirmation policy's business.
  */
 export function resultCheckOf(call: PreparedCall): ((result: unknown) => Promise<string | undefined> | undefined) | undefined {
+  if (call.kind === 'pass-through' && call.verification !== undefined && call.verification !== 'off') return blockByNumberCheck(call.params);
   if (call.kind !== 'block') return undefined;
   const { query, verification } = call;
   return (result) => (result === null ? undefined : verifyBlock(result, query.hash, verification));
+}
+
+/**
+ * An `eth_getBlockByNumber` answer: its header must hash to its own `hash` field (the body is
+ * checked by hash elsewhere), and it must be the block of the number asked for.
+ */
+function blockByNumberCheck(params: unknown): (result: unknown) => Promise<string | undefined> | undefined {
+  const asked = Array.isArray(params) && typeof params[0] === 'string' && /^0x[0-9a-fA-F]{1,13}$/.test(params[0]) ? Number.parseInt(params[0].slice(2), 16) : undefined;
+  return (result) => {
+    if (result === null) return undefined;
+    const { hash, number } = (result ?? {}) as { hash?: unknown; number?: unknown };
+    if (typeof hash !== 'string') return Promise.resolve('block without a hash');
+    if (asked !== undefined && (typeof number !== 'string' || Number.parseInt(number.slice(2), 16) !== asked)) return Promise.resolve('block number mismatch');
+    return verifyBlock(result, hash.toLowerCase(), 'header');
+  };
 }

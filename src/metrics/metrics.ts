@@ -162,6 +162,7 @@ export interface GatewayMetrics {
   upstreamCircuitState: Gauge<'network' | 'upstream'>;
   upstreamHeadBlock: Gauge<'network' | 'upstream'>;
   upstreamHeadLag: Gauge<'network' | 'upstream'>;
+  upstreamFinalizedBlock: Gauge<'network' | 'upstream'>;
   upstreamLatencyEstimate: Gauge<'network' | 'upstream'>;
   /** Labels: network, upstream, outcome. */
   upstreamProbes: Tally;
@@ -169,8 +170,16 @@ export interface GatewayMetrics {
   hedges: Tally;
   /** Labels: network, result (confirmed, contradicted). */
   nullConfirmations: Tally;
-  /** Labels: network, result. */
+  /** Labels: network, method, tier (memory, shared), result (hit, miss). */
   cacheLookups: Tally;
+  /** Labels: network, method. Upstream calls one `eth_getLogs` call took (chunks, bisections, tag resolution). */
+  logsUpstreamCalls: FastHistogram;
+  /** Labels: network, method, tier. */
+  cacheWrites: Tally;
+  /** Labels: network, method, reason (memory, shared, coalesced). */
+  cacheCallsSaved: Tally;
+  cacheReorgs: Counter<'network'>;
+  cacheSharedErrors: Counter;
   cacheEvictions: Counter;
   cacheBytes: Gauge;
   cacheEntries: Gauge;
@@ -256,6 +265,7 @@ export function createMetrics(): GatewayMetrics {
     upstreamCircuitState: upstreamGauge('tollgate_upstream_circuit_state', "The upstream's circuit: 0 closed, 1 half-open (a trial under way), 2 open", 'max'),
     upstreamHeadBlock: upstreamGauge('tollgate_upstream_head_block', 'Chain head the last health probe of the upstream reported', 'max'),
     upstreamHeadLag: upstreamGauge('tollgate_upstream_head_lag_blocks', "Blocks the upstream's probed head is behind the best probed head of its network", 'max'),
+    upstreamFinalizedBlock: upstreamGauge('tollgate_upstream_finalized_block', "The upstream's finalized block (or slot) as its last finality probe read it; the cache keeps its answers by number up to it", 'max'),
     upstreamLatencyEstimate: upstreamGauge('tollgate_upstream_latency_estimate_seconds', "The latency estimate that ranks the upstream (fades while it is not refreshed)", 'average'),
     upstreamProbes: tallied({
       name: 'tollgate_upstream_probes_total',
@@ -277,13 +287,34 @@ export function createMetrics(): GatewayMetrics {
     }),
     cacheLookups: tallied({
       name: 'tollgate_cache_lookups_total',
-      help: 'Block cache lookups by result (hit or miss)',
-      labelNames: ['network', 'result'],
+      help: 'Response cache lookups by network, method, tier (memory, shared) and result (hit or miss)',
+      labelNames: ['network', 'method', 'tier', 'result'],
       registers,
     }),
-    cacheEvictions: new Counter({ name: 'tollgate_cache_evictions_total', help: 'Block cache entries evicted to stay within maxBytes', registers }),
-    cacheBytes: new Gauge({ name: 'tollgate_cache_bytes', help: 'Bytes held by the block cache (result bytes plus per-entry overhead)', registers, aggregator: 'sum' }),
-    cacheEntries: new Gauge({ name: 'tollgate_cache_entries', help: 'Entries in the block cache', registers, aggregator: 'sum' }),
+    logsUpstreamCalls: fastHistogram({
+      name: 'tollgate_logs_upstream_calls',
+      help: 'Upstream calls one eth_getLogs call took: its chunks, bisected halves and tag resolution (0 when every chunk was cached)',
+      labelNames: ['network', 'method'],
+      buckets: [0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
+      registers,
+    }),
+    cacheWrites: tallied({
+      name: 'tollgate_cache_writes_total',
+      help: 'Answers kept by the response cache, by network, method and tier',
+      labelNames: ['network', 'method', 'tier'],
+      registers,
+    }),
+    cacheCallsSaved: tallied({
+      name: 'tollgate_cache_upstream_calls_saved_total',
+      help: 'Upstream calls not made: answered from a cache tier (memory, shared) or shared with an identical call in flight (coalesced)',
+      labelNames: ['network', 'method', 'reason'],
+      registers,
+    }),
+    cacheReorgs: new Counter({ name: 'tollgate_cache_reorgs_total', help: 'Reorgs noticed below a finalized block: entries by number on the replaced branch became unreachable', labelNames: ['network'], registers }),
+    cacheSharedErrors: new Counter({ name: 'tollgate_cache_shared_errors_total', help: 'Failed commands of the shared (Redis) cache tier; lookups became misses', registers }),
+    cacheEvictions: new Counter({ name: 'tollgate_cache_evictions_total', help: 'In-process cache entries evicted to stay within maxBytes', registers }),
+    cacheBytes: new Gauge({ name: 'tollgate_cache_bytes', help: 'Bytes held by the in-process cache (answer bytes plus per-entry overhead)', registers, aggregator: 'sum' }),
+    cacheEntries: new Gauge({ name: 'tollgate_cache_entries', help: 'Entries in the in-process cache', registers, aggregator: 'sum' }),
     creditsCharged: tallied({
       name: 'tollgate_credits_charged_total',
       help: 'Credits charged, by network, method and team id',

@@ -1,11 +1,11 @@
 import type { MetricObjectWithValues, MetricValue } from 'prom-client';
-import type { BlockCache } from '../cache/block-cache.js';
+import type { CacheStats } from '../cache/memory-tier.js';
 import type { Forwarder } from '../routing/forward.js';
 import type { GatewayMetrics } from './metrics.js';
 import { recordUpstreamState } from './upstream-state.js';
 
 export interface ScrapeSources {
-  cache: Pick<BlockCache, 'stats'>;
+  cache: { stats(): CacheStats };
   /** Requests in flight (counted in plain counters on the hot path). */
   inFlight: () => number;
   networks: () => { byId: ReadonlyMap<string, { forwarder: Forwarder }> };

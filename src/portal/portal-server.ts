@@ -53,11 +53,15 @@ const CONTENT_SECURITY_POLICY =
 
 function loadAssets(): Map<string, { type: string; body: Buffer }> {
   const chartJs = join(dirname(createRequire(import.meta.url).resolve('chart.js')), 'chart.umd.min.js');
+  const icon = { type: 'image/svg+xml', body: readFileSync(join(ASSETS_DIR, 'favicon.svg')) };
   return new Map([
     ['/', { type: 'text/html; charset=utf-8', body: readFileSync(join(ASSETS_DIR, 'index.html')) }],
     ['/assets/portal.js', { type: 'text/javascript; charset=utf-8', body: readFileSync(join(ASSETS_DIR, 'portal.js')) }],
     ['/assets/portal.css', { type: 'text/css; charset=utf-8', body: readFileSync(join(ASSETS_DIR, 'portal.css')) }],
     ['/assets/chart.umd.min.js', { type: 'text/javascript; charset=utf-8', body: readFileSync(chartJs) }],
+    // The page's icon (linked from it), and at the path browsers and tools ask for by default.
+    ['/favicon.svg', icon],
+    ['/favicon.ico', icon],
   ]);
 }
 
@@ -204,10 +208,10 @@ export function createPortalHandler(options: PortalOptions) {
     }
     const session = await currentSession(req);
     if (req.method === 'GET') {
-      if (session === null) throw new HttpError(401, 'unauthorized', 'not signed in');
-      const team = await store.findTeam(session.teamId);
-      if (team === null) throw new HttpError(401, 'unauthorized', 'not signed in');
-      return send(res, 200, { team: { id: team.id, name: team.name }, csrfToken: session.csrfToken, expiresAt: new Date(session.expiresAt).toISOString() });
+      // Asking whether one is signed in is not an error either way: the page asks on every load.
+      const team = session === null ? null : await store.findTeam(session.teamId);
+      if (session === null || team === null) return send(res, 200, { signedIn: false });
+      return send(res, 200, { signedIn: true, team: { id: team.id, name: team.name }, csrfToken: session.csrfToken, expiresAt: new Date(session.expiresAt).toISOString() });
     }
     if (req.method === 'DELETE') {
       if (session !== null) checkWrite(req, session);

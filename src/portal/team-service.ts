@@ -3,7 +3,7 @@ import { nextUtcMidnight, utcDay } from '../metering/meter.js';
 import type { ApiKey, HourlyUsageRow, KeyDirectory, Ledger, Team, UsageReports } from '../store/index.js';
 
 /**
- * What a team can do with its team token (DESIGN §3, §9): its own keys and its own usage, and
+ * What a team can do with its team token (docs/portal.md): its own keys and its own usage, and
  * nothing of any other team. Every operation goes through the operator's {@link AdminService}
  * (so key settings, validation and cache invalidation are the same as for the admin API), after
  * checking that the key belongs to the team. A key of another team is answered exactly as a key

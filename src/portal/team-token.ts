@@ -3,7 +3,7 @@ import { hashSecret } from '../auth/api-key.js';
 import type { KeyDirectory, Team, TeamToken, TeamTokens } from '../store/index.js';
 
 /**
- * Team tokens (DESIGN §3): `tgt_` + 43 URL-safe characters (256 random bits), shown once when
+ * Team tokens (docs/portal.md): `tgt_` + 43 URL-safe characters (256 random bits), shown once when
  * issued; only their SHA-256 is stored, as for API keys. A token acts for its team only.
  */
 

@@ -7,7 +7,7 @@ import { attemptEachCandidate, type AttemptPolicy } from './policies/types.js';
 import type { StatefulRouteDeps } from './stateful-deps.js';
 
 /**
- * Filters live on the node that created them (DESIGN §1.3 "Stateful methods"):
+ * Filters live on the node that created them (docs/routing.md#filters):
  * - `eth_newFilter`, `eth_newBlockFilter`, `eth_newPendingTransactionFilter` are tried on the
  *   candidates in order, with failover but never hedged (a hedge would leave a second filter
  *   behind on another node); the upstream's filter id is handed out wrapped in a
@@ -27,11 +27,32 @@ export const INVALID_FILTER_ID = 'invalid_filter_id';
 export interface FilterCalls {
   /** The outcome of a filter call, or undefined for any other method. */
   route(prepared: PreparedCall, deadline: number, keyId: string): Promise<ForwardOutcome> | undefined;
+  /**
+   * The criteria (`eth_newFilter`'s filter object) of a log filter this process created for this
+   * key, or undefined when it does not know them (another replica made it, a restart, or more
+   * than {@link MAX_REMEMBERED_CRITERIA} filters since). An `eth_getFilterLogs` that the filter's
+   * node declines as too large is answered with them by the logs splitter.
+   */
+  criteriaOf(keyId: string, filterId: unknown): unknown;
 }
+
+/** Log filters whose criteria are remembered; the oldest are forgotten past this. */
+export const MAX_REMEMBERED_CRITERIA = 10_000;
 
 export function createFilterCalls(deps: StatefulRouteDeps, filterIds: FilterIds): FilterCalls {
   const { clock, upstreams } = deps;
   const byId = new Map(upstreams.map((upstream) => [upstream.id, upstream]));
+  /** Client filter id (bound to its key by its MAC) → the `eth_newFilter` criteria, oldest first. */
+  const criteria = new Map<string, unknown>();
+
+  function remember(outcome: ForwardOutcome, prepared: PreparedCall): void {
+    if (outcome.kind !== 'result' || prepared.method !== 'eth_newFilter') return;
+    const params = upstreamParams(prepared, upstreams[0]!.config);
+    const id = parseString(outcome.resultBytes);
+    if (id === undefined || !Array.isArray(params)) return;
+    if (criteria.size >= MAX_REMEMBERED_CRITERIA) criteria.delete(criteria.keys().next().value!);
+    criteria.set(id, params[0]);
+  }
 
   /** Wraps an upstream's filter id into the client's id; an answer that is not a filter id is an upstream fault. */
   const wrapping =
@@ -51,7 +72,9 @@ export function createFilterCalls(deps: StatefulRouteDeps, filterIds: FilterIds)
     if (candidates.length === 0) return failed('TG_ERR_NO_HEALTHY_UPSTREAM', upstreams.map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
     const execution = deps.executionFor(prepared, deadline, candidates);
     const call = failoverPolicy(clock)(attemptEachCandidate(wrapping(scope)(deps.attempt)));
-    return forwardOutcomeOf(await call(execution, new AbortController().signal), execution, candidates, clock.now());
+    const outcome = forwardOutcomeOf(await call(execution, new AbortController().signal), execution, candidates, clock.now());
+    remember(outcome, prepared);
+    return outcome;
   }
 
   async function pinned(prepared: PreparedCall, deadline: number, scope: FilterScope): Promise<ForwardOutcome> {
@@ -64,6 +87,7 @@ export function createFilterCalls(deps: StatefulRouteDeps, filterIds: FilterIds)
     const base = deps.executionFor(prepared, deadline, [pin.upstream]);
     const execution = { ...base, paramsFor: () => [pin.upstreamFilterId, ...params.slice(1)] };
     const outcome = await attemptEachCandidate(deps.attempt)(execution, new AbortController().signal);
+    if (prepared.method === 'eth_uninstallFilter' && outcome.kind === 'result') criteria.delete(params[0]);
     return forwardOutcomeOf(outcome, execution, [pin.upstream], clock.now());
   }
 
@@ -73,6 +97,10 @@ export function createFilterCalls(deps: StatefulRouteDeps, filterIds: FilterIds)
       if (FILTER_CREATING_METHODS.has(prepared.method)) return create(prepared, deadline, scope);
       if (FILTER_PINNED_METHODS.has(prepared.method)) return pinned(prepared, deadline, scope);
       return undefined;
+    },
+    criteriaOf(keyId, filterId) {
+      if (typeof filterId !== 'string' || filterIds.decode({ network: deps.network.id, keyId }, filterId, upstreams) === undefined) return undefined;
+      return criteria.get(filterId);
     },
   };
 }

@@ -1,7 +1,7 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 
 /**
- * The filter ids the gateway hands out (DESIGN §1.3 "Stateful methods"). A filter lives on the
+ * The filter ids the gateway hands out (docs/routing.md#filters). A filter lives on the
  * upstream node that created it, so the id the client gets says which upstream that was and
  * what the upstream called it, and is bound to the network and the API key that created it:
  *

@@ -6,9 +6,11 @@ import { clockFrom, type Clock } from './clock.js';
 import { createFilterCalls } from './filter-calls.js';
 import { createFilterIds, type FilterIds } from './filter-ids.js';
 import { startHealthProber, type HealthProber } from './health-prober.js';
+import { createFinalityProbe, type BlockHeader, type HeaderFetcher } from './finality-probe.js';
 import { circuitBreakerPolicy } from './policies/circuit-breaker.js';
 import { failoverPolicy } from './policies/failover.js';
 import { hedgePolicy, type HedgeResult } from './policies/hedge.js';
+import { LOGS_TOO_LARGE, logsTooLargePolicy } from './policies/logs-too-large.js';
 import { nullConfirmationPolicy, type NullConfirmation } from './policies/null-confirmation.js';
 import { resultCheckPolicy } from './policies/result-check.js';
 import { timeoutPolicy } from './policies/timeout.js';
@@ -18,9 +20,9 @@ import { createTransactionCalls } from './transactions.js';
 import { Upstream, type AttemptOutcome, type RoutedUpstream } from './upstream.js';
 
 /**
- * A network's upstreams behind the failsafe chain (DESIGN §5):
+ * A network's upstreams behind the failsafe chain (docs/routing.md):
  *
- *   null confirmation → hedge → failover → [each candidate] → circuit breaker → observe → result check → timeout → send
+ *   null confirmation → hedge → failover → [each candidate] → circuit breaker → observe → logs too large → result check → timeout → send
  *
  * Candidates come from the selector (circuit, head lag, latency and errors); the health prober
  * keeps what the selector reads fresh. When every attempt fails the caller gets a `-32603` with
@@ -49,10 +51,14 @@ export interface Forwarder {
   readonly upstreams: readonly Upstream[];
   readonly selector: Selector;
   forward(call: PreparedCall, deadline: number, caller?: Caller): Promise<ForwardOutcome>;
+  /** The criteria of a log filter this process created for the caller (filter-calls.ts), or undefined. */
+  filterCriteria(caller: Caller, filterId: unknown): unknown;
   /** True while at least one upstream's circuit is closed (used by readiness). */
   hasHealthyUpstream(): boolean;
   /** Probes every upstream now (also runs on the configured interval). */
   probeAll(): Promise<void>;
+  /** What the health probes last said of an upstream: its head and finalized block (or slot). */
+  finalityOf(upstreamId: string): { head: number | undefined; finalized: number | undefined };
   close(): Promise<void>;
 }
 
@@ -71,6 +77,8 @@ export interface ForwarderOptions {
   random?: () => number;
   /** The filter ids' codec (its secret shared by every replica); without it, a random secret of this process. */
   filterIds?: FilterIds;
+  /** Told each verified finalized header a probe reads (the response cache's canonical chain). */
+  onFinalized?: (network: string, upstream: string, header: BlockHeader, fetchHeader: HeaderFetcher) => Promise<void>;
 }
 
 /** Calls made without a caller (internal ones) share one scope. */
@@ -103,8 +111,9 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     return outcome;
   };
   const attempt = chain<AttemptFn>(
-    circuitBreakerPolicy({ wrongAnswerReasons: new Set([UNVERIFIED]) }),
+    circuitBreakerPolicy({ wrongAnswerReasons: new Set([UNVERIFIED]), answeredReasons: new Set([LOGS_TOO_LARGE]) }),
     observed,
+    logsTooLargePolicy(),
     resultCheckPolicy(UNVERIFIED),
     timeoutPolicy(clock),
   )(send);
@@ -135,6 +144,20 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
   const transactions = createTransactionCalls(statefulDeps);
 
   const probeTimeout = timeoutPolicy(clock);
+  const probeSend = (upstream: RoutedUpstream, method: string, params: unknown[], timeoutMs: number) =>
+    // The probe's deadline bounds it (together with the upstream's own timeoutMs).
+    probeTimeout((target, _execution, signal) => byId.get(target.id)!.send(method, params, signal, false))(
+      upstream,
+      probeExecution(method, clock.now() + timeoutMs),
+      new AbortController().signal,
+    );
+  const onFinalized = options.onFinalized;
+  const finalityProbe = createFinalityProbe({
+    kind: network.kind,
+    depth: network.finality.depth,
+    send: (upstream, method, params) => probeSend(upstream, method, params, network.healthCheck.timeoutMs),
+    onFinalized: onFinalized === undefined ? undefined : (upstream, header, fetchHeader) => onFinalized(network.id, upstream.id, header, fetchHeader),
+  });
   const prober: HealthProber | undefined = probing
     ? startHealthProber(
         upstreams,
@@ -144,14 +167,9 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
           method: network.healthCheck.method ?? DEFAULT_PROBE_METHOD[network.kind],
         },
         clock,
-        (upstream, method, timeoutMs) =>
-          // The probe's deadline bounds it (together with the upstream's own timeoutMs).
-          probeTimeout((target, _execution, signal) => byId.get(target.id)!.send(method, [], signal, false))(
-            upstream,
-            probeExecution(method, clock.now() + timeoutMs),
-            new AbortController().signal,
-          ),
+        (upstream, method, timeoutMs) => probeSend(upstream, method, [], timeoutMs),
         (upstream, outcome) => observe.probe?.(network.id, upstream.id, outcome),
+        finalityProbe,
       )
     : undefined;
 
@@ -160,6 +178,11 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     selector,
     hasHealthyUpstream: () => upstreams.some((upstream) => upstream.health.isHealthy()),
     probeAll: () => prober?.probeAll() ?? Promise.resolve(),
+    filterCriteria: (caller, filterId) => filters.criteriaOf(caller.keyId, filterId),
+    finalityOf(upstreamId) {
+      const health = byId.get(upstreamId)?.health;
+      return { head: health?.head, finalized: health?.finalized };
+    },
     close: async () => {
       prober?.stop();
       await Promise.all(upstreams.map((upstream) => upstream.close()));

@@ -39,6 +39,8 @@ export function startHealthProber(
   clock: Clock,
   probe: ProbeFn,
   observe?: (upstream: RoutedUpstream, outcome: AttemptOutcome) => void,
+  /** Runs after a probe that read a head, within the same round (the finality probe). */
+  afterHead?: (upstream: RoutedUpstream, head: number) => Promise<void>,
 ): HealthProber {
   let stopped = false;
   let cancel = () => {};
@@ -55,7 +57,9 @@ export function startHealthProber(
     }
     upstream.health.recordProbe(outcome.durationMs);
     const head = outcome.kind === 'result' ? headOf(outcome.resultBytes) : undefined;
-    if (head !== undefined) upstream.health.recordHead(head);
+    if (head === undefined) return;
+    upstream.health.recordHead(head);
+    if (afterHead !== undefined) await afterHead(upstream, head);
   }
 
   async function probeAll(): Promise<void> {

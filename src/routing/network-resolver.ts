@@ -1,5 +1,5 @@
 /**
- * Picks the network of a request from its Host header and path (DESIGN §2); nothing in the body
+ * Picks the network of a request from its Host header and path; nothing in the body
  * takes part. A base URL is `host[:port][/prefix]` or `*[/prefix]`. A base URL without a port
  * matches the host on any port; with a port, only that port. The most specific match wins: an
  * exact host beats `*`, then the longest prefix.

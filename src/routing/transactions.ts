@@ -6,8 +6,8 @@ import { attemptEachCandidate, attemptOf, FAILED, isListedFailure, isNullResult,
 import type { StatefulRouteDeps } from './stateful-deps.js';
 
 /**
- * `eth_sendRawTransaction` (DESIGN §1.3 "Writes"): never hedged, and never answered with a false
- * error.
+ * `eth_sendRawTransaction` (docs/routing.md#transactions): never hedged, and never answered with a
+ * false error.
  *
  * The candidates are tried one after another. An attempt whose outcome is unknown — it may have
  * reached the node (a timeout, a reset, a 5xx, a broken answer: every failure but a refused

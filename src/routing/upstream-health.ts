@@ -51,6 +51,11 @@ export class UpstreamHealth {
   /** Chain head from the last successful probe, and when it was taken. */
   head: number | undefined;
   headAt = 0;
+  /**
+   * The upstream's finalized block (or slot) from its last finality probe: what the response
+   * cache may keep of its answers by number. Undefined until a probe has told.
+   */
+  finalized: number | undefined;
 
   constructor(
     private readonly breaker: CircuitBreakerSettings,

@@ -1,7 +1,7 @@
 import { Pool } from 'undici';
 import type { UpstreamConfig } from '../config/schema.js';
 import type { JsonRpcErrorObject } from '../errors.js';
-import { scanEnvelope, type MemberSpan } from '../jsonrpc/envelope-scanner.js';
+import { readEnvelope } from '../jsonrpc/envelope-scanner.js';
 import { UpstreamHealth, type CircuitBreakerSettings } from './upstream-health.js';
 
 /**
@@ -19,8 +19,11 @@ export type AttemptOutcome =
   | { kind: 'result'; resultBytes: Buffer; result?: unknown; durationMs: number }
   /** The upstream's own JSON-RPC error, passed on to the client (and charged). */
   | { kind: 'rpc-error'; error: JsonRpcErrorObject; durationMs: number }
-  /** `detail` says more than the reason where there is more to say (which check a block failed). */
-  | { kind: 'failure'; reason: string; detail?: string; timedOut: boolean; durationMs: number };
+  /**
+   * `detail` says more than the reason where there is more to say (which check a block failed);
+   * `rpcError` is the upstream's own error behind an `rpc_error_*` failure, for policies that read it.
+   */
+  | { kind: 'failure'; reason: string; detail?: string; rpcError?: JsonRpcErrorObject; timedOut: boolean; durationMs: number };
 
 /** What the routing policies need to know of an upstream (an interface, so they test alone). */
 export interface RoutedUpstream {
@@ -79,13 +82,20 @@ export class Upstream implements RoutedUpstream {
     const body = JSON.stringify(params === undefined ? { jsonrpc: '2.0', id: requestId, method } : { jsonrpc: '2.0', id: requestId, method, params });
     try {
       const response = await this.pool.request({ method: 'POST', path: this.path, headers: this.headers, body, signal });
-      const bytes = Buffer.from(await response.body.arrayBuffer());
+      // The answer's chunks as undici delivers them: the validator copies them into its own
+      // memory, so concatenating them first (as `arrayBuffer()` does) would be a copy for nothing.
+      const chunks: Buffer[] = [];
+      let length = 0;
+      for await (const chunk of response.body as AsyncIterable<Buffer>) {
+        chunks.push(chunk);
+        length += chunk.length;
+      }
       const durationMs = performance.now() - started;
       if (response.statusCode < 200 || response.statusCode >= 300) {
         return { kind: 'failure', reason: `http_${response.statusCode}`, timedOut: false, durationMs };
       }
       try {
-        return interpretBody(bytes, requestId, parseResult, durationMs);
+        return interpretBody(chunks, length, requestId, parseResult, durationMs);
       } catch {
         // The scan validated the bytes; JSON.parse can still give up on nesting deeper than its stack.
         return { kind: 'failure', reason: 'bad_json', timedOut: false, durationMs };
@@ -107,26 +117,26 @@ export class Upstream implements RoutedUpstream {
  * validates every byte as JSON and finds the members; the id and error are small and parsed; the
  * result is passed on as the bytes the upstream sent, and parsed only when asked for.
  */
-function interpretBody(bytes: Buffer, requestId: number, parseResult: boolean, durationMs: number): AttemptOutcome {
+function interpretBody(chunks: readonly Buffer[], length: number, requestId: number, parseResult: boolean, durationMs: number): AttemptOutcome {
   const failure = (reason: string): AttemptOutcome => ({ kind: 'failure', reason, timedOut: false, durationMs });
-  const spans = scanEnvelope(bytes);
-  if (spans === undefined) return failure('bad_json');
-  const member = (span: MemberSpan): unknown => JSON.parse(bytes.toString('utf8', span.start, span.end));
-  if (spans.id === undefined || member(spans.id) !== requestId) return failure('mismatched_id');
-  if (spans.error !== undefined && bytes[spans.error.start] !== 0x6e /* null */) {
-    const error = member(spans.error) as Partial<JsonRpcErrorObject> | null;
+  const members = readEnvelope(chunks, length);
+  if (members === undefined) return failure('bad_json');
+  const parse = (bytes: Buffer): unknown => JSON.parse(bytes.toString('utf8'));
+  if (members.id === undefined || parse(members.id) !== requestId) return failure('mismatched_id');
+  if (members.error !== undefined && members.error[0] !== 0x6e /* null */) {
+    const error = parse(members.error) as Partial<JsonRpcErrorObject> | null;
     if (error === null || typeof error !== 'object' || typeof error.code !== 'number' || typeof error.message !== 'string') {
       return failure('invalid_response');
     }
-    if (FAILOVER_RPC_CODES.has(error.code)) return failure(`rpc_error_${error.code}`);
     const passed: JsonRpcErrorObject = { code: error.code, message: error.message };
     if (error.data !== undefined) passed.data = error.data;
+    if (FAILOVER_RPC_CODES.has(error.code)) return { kind: 'failure', reason: `rpc_error_${error.code}`, rpcError: passed, timedOut: false, durationMs };
     return { kind: 'rpc-error', error: passed, durationMs };
   }
-  if (spans.result === undefined) return failure('invalid_response');
-  const resultBytes = bytes.subarray(spans.result.start, spans.result.end);
+  const resultBytes = members.result;
+  if (resultBytes === undefined) return failure('invalid_response');
   if (!parseResult) return { kind: 'result', resultBytes, durationMs };
-  return { kind: 'result', resultBytes, result: member(spans.result), durationMs };
+  return { kind: 'result', resultBytes, result: parse(resultBytes), durationMs };
 }
 
 function connectionFailureReason(error: unknown): string {

@@ -1,20 +1,22 @@
 import { GatewayError } from '../errors.js';
 import { errorReply, type IdText, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
 import type { PreparedCall } from '../methods/registry.js';
-import { dehydrateBlock, type BlockCache } from '../cache/block-cache.js';
+import { dehydrateBlock } from '../cache/block-cache.js';
+import type { CachePlan, CacheTier, ResponseCache } from '../cache/response-cache.js';
 import { createSingleFlight } from '../cache/single-flight.js';
+import { createCachedCalls, finalizedOf, serialised, timedOutAnswer, type Answer } from './cached-calls.js';
 import type { Meter } from '../metering/meter.js';
 import { nextUtcMidnight, utcDay } from '../metering/meter.js';
-import type { ForwardOutcome } from '../routing/forward.js';
 import type { ChargeSubject, KeyWithTeam, LedgerRefusal, LedgerResult } from '../store/index.js';
 import type { RequestContext } from './context.js';
 import type { NetworkRuntime } from './network-runtime.js';
+import { runFilterLogsCall, runLogsCall } from './logs-calls.js';
 
 /**
  * One JSON-RPC call, in two steps so that nothing is charged for an answer no one receives:
  *   execute: validate → (cache hit | local answer) or (reserve → forward with failover → refund if it failed)
  *   commit:  the client is still there → charge or settle; it left → refund (logged as 499).
- * Charging rule (DESIGN §3): answered calls (results, `null`, cache hits, upstream JSON-RPC
+ * Charging rule: answered calls (results, `null`, cache hits, upstream JSON-RPC
  * errors) cost their price; rejected calls, calls every upstream failed and answers that could
  * not be delivered cost nothing. Every failure becomes a reply, an unexpected one (a bug)
  * `-32603` for that call alone; nothing here throws.
@@ -47,7 +49,7 @@ export interface CallExecutor {
 
 export interface CallExecutorDeps {
   meter: Meter;
-  cache: BlockCache;
+  cache: ResponseCache;
   now: () => number;
   /**
    * When the store cannot be reached: false answers `-32603` (HTTP 503) and charges nothing;
@@ -55,7 +57,12 @@ export interface CallExecutorDeps {
    */
   failOpen: boolean;
   onStoreError?: (error: unknown) => void;
+  /** An `eth_getBlockByHash` lookup (the response cache reports the others itself). */
   onCacheLookup?: (network: string, hit: boolean) => void;
+  /** A logs call (`eth_getLogs` at a range) finished, with the upstream calls it took. */
+  onLogsCall?: (network: string, method: string, upstreamCalls: number) => void;
+  /** An upstream call a call did not need: answered from a tier, or shared with an identical call in flight. */
+  onUpstreamCallSaved?: (network: string, method: string, reason: CacheTier | 'coalesced') => void;
 }
 
 /** A bug met while handling one call: that call's `-32603`, with the error kept as the cause for the log. */
@@ -95,20 +102,15 @@ export function refusal(result: LedgerRefusal, subject: ChargeSubject, nowMs: nu
   );
 }
 
-/** A forwarded call's outcome with the result as bytes to splice (shared by single-flight followers). */
-type Answer =
-  /** `block`: the parsed, verified block of an `eth_getBlockByHash` answer. */
-  | { kind: 'result'; bytes: string | Buffer; upstream: string; attempts: ForwardOutcome['attempts']; block?: unknown }
-  | Exclude<ForwardOutcome, { kind: 'result' }>;
-
-function serialised(outcome: ForwardOutcome): Answer {
-  if (outcome.kind !== 'result') return outcome;
-  return { kind: 'result', bytes: outcome.resultBytes, upstream: outcome.upstream, attempts: outcome.attempts };
-}
-
 export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   const { meter, cache, now } = deps;
   const blockFlights = createSingleFlight<Answer>(now);
+  const cachedCalls = createCachedCalls({
+    cache,
+    now,
+    forwardBlock: (call, network, deadline) => forward(call, network, deadline, ''),
+    onUpstreamCallSaved: deps.onUpstreamCallSaved,
+  });
 
   function recordCharge(ctx: RequestContext, method: string, charged: number, result: LedgerResult): void {
     ctx.creditsCharged += charged;
@@ -135,7 +137,8 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   const storeUnavailable = (id: IdText): Reply => errorReply(id, new GatewayError('TG_ERR_STORE_UNAVAILABLE'));
   const none = (reply: Reply): PendingReply => ({ ledger: 'none', reply });
 
-  async function forward(call: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string): Promise<Answer> {
+  async function forward(call: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string, plan?: CachePlan, readCache = true): Promise<Answer> {
+    if (plan !== undefined && call.kind === 'pass-through') return cachedCalls.forward(call, plan, network, deadline, keyId, readCache);
     // The key makes the call: filter ids are bound to it.
     if (call.kind !== 'block') return serialised(await network.forwarder.forward(call, deadline, { keyId }));
     const { hash, hydrated } = call.query;
@@ -145,23 +148,52 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     const answer = await blockFlights.run(
       key,
       async () => {
+        // Another replica (or this process before a restart) may have fetched it.
+        const shared = readCache ? await cache.sharedBlock(network.config.id, hash, call.fetchHydrated) : undefined;
+        if (shared !== undefined) {
+          cache.blocks.set(network.config.id, hash, call.fetchHydrated, shared);
+          deps.onUpstreamCallSaved?.(network.config.id, call.method, 'shared');
+          return { kind: 'cached', bytes: shared, attempts: [] };
+        }
         const outcome = await network.forwarder.forward(call, deadline);
         // Only verified blocks reach this point (the forwarder's result check rejected the rest).
         if (outcome.kind !== 'result' || outcome.result === null) return serialised(outcome);
         // A copy: the bytes are a view into the whole upstream response, which the cache must not keep.
-        cache.set(network.config.id, hash, call.fetchHydrated, Buffer.from(outcome.resultBytes));
+        const bytes = Buffer.from(outcome.resultBytes);
+        cache.blocks.set(network.config.id, hash, call.fetchHydrated, bytes);
+        cache.shareBlock(network.config.id, hash, call.fetchHydrated, bytes);
         return { ...serialised(outcome), block: outcome.result };
       },
       deadline,
-      () => ({
-        kind: 'failed',
-        error: new GatewayError('TG_ERR_UPSTREAMS_TIMED_OUT', undefined, { attempts: [] }),
-        attempts: [],
-      }),
+      timedOutAnswer,
     );
-    if (answer.kind !== 'result' || hydrated || !call.fetchHydrated || answer.block === undefined) return answer;
+    if (hydrated || !call.fetchHydrated) return answer;
     // The full block was fetched to verify it; the client asked for transaction hashes.
+    if (answer.kind === 'cached') return { ...answer, bytes: dehydrateBlock(JSON.parse(answer.bytes.toString('utf8'))) ?? answer.bytes };
+    if (answer.kind !== 'result' || answer.block === undefined) return answer;
     return { ...answer, bytes: dehydrateBlock(answer.block) ?? answer.bytes };
+  }
+
+  /**
+   * An `eth_getLogs` call (or an `eth_getFilterLogs` its node declined as too large): split, each
+   * chunk through the forward step on its own (logs-calls.ts), merged. The request's log line and
+   * the metric get the upstream calls it took.
+   */
+  async function forwardLogs(call: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string, ctx: RequestContext): Promise<Answer> {
+    let planned = false;
+    const forwardChunk = (chunk: PreparedCall) =>
+      cachedCalls.logsStep(chunk, network, deadline, keyId, !ctx.skipCacheRead, () => {
+        planned = true;
+      });
+    const outcome =
+      call.kind === 'logs'
+        ? await runLogsCall(call.query, call, network, forwardChunk)
+        : await runFilterLogsCall(call, network, (filterId) => network.forwarder.filterCriteria({ keyId }, filterId), forwardChunk);
+    ctx.upstreamCalls = (ctx.upstreamCalls ?? 0) + outcome.upstreamCalls;
+    deps.onLogsCall?.(network.config.id, call.method, outcome.upstreamCalls);
+    // X-Cache of a split call, when the cache knew its chunks: a hit only when it answered every one.
+    if (planned) ctx.cache = ctx.skipCacheRead ? 'bypass' : outcome.kind === 'result' && outcome.cachedChunks === outcome.chunkCalls ? 'hit' : 'miss';
+    return serialised(outcome);
   }
 
   /** Validates and prepares; a cache hit or a local answer is known at once, anything else goes upstream. */
@@ -176,12 +208,32 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     const subject = subjectOf(call, network, auth, now());
     if (call.kind === 'local') return { ledger: 'charge', reply: { id: item.id, result: JSON.stringify(call.result) }, subject };
     if (call.kind === 'block') {
-      const cached = cache.get(network.config.id, call.query.hash, call.query.hydrated);
-      deps.onCacheLookup?.(network.config.id, cached !== undefined);
-      ctx.cache = cached === undefined ? 'miss' : 'hit';
-      if (cached !== undefined) return { ledger: 'charge', reply: { id: item.id, result: cached }, subject };
+      if (ctx.skipCacheRead) {
+        ctx.cache = 'bypass';
+      } else {
+        const cached = cache.blocks.get(network.config.id, call.query.hash, call.query.hydrated);
+        deps.onCacheLookup?.(network.config.id, cached !== undefined);
+        ctx.cache = cached === undefined ? 'miss' : 'hit';
+        if (cached !== undefined) {
+          deps.onUpstreamCallSaved?.(network.config.id, call.method, 'memory');
+          return { ledger: 'charge', reply: { id: item.id, result: cached }, subject };
+        }
+      }
     }
-    return forwardAndHold(item, call, network, subject, ctx, deadline);
+    let plan: CachePlan | undefined;
+    if (call.kind === 'pass-through') {
+      plan = cache.plan(network.config, call.method, call.params, finalizedOf(network));
+      if (plan !== undefined) {
+        const cached = plan.storable && !ctx.skipCacheRead ? cache.hit(plan) : undefined;
+        if (cached !== undefined) {
+          ctx.cache = 'hit';
+          deps.onUpstreamCallSaved?.(network.config.id, call.method, 'memory');
+          return { ledger: 'charge', reply: { id: item.id, result: cached }, subject };
+        }
+        ctx.cache = ctx.skipCacheRead ? 'bypass' : 'miss';
+      }
+    }
+    return forwardAndHold(item, call, network, subject, ctx, deadline, plan);
   }
 
   /** Gives a reservation back (now, or once the store answers again). */
@@ -203,6 +255,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     subject: ChargeSubject,
     ctx: RequestContext,
     deadline: number,
+    plan: CachePlan | undefined,
   ): Promise<PendingReply> {
     const reservationId = meter.newReservationId();
     const reserved = await ledger(meter.reserve(reservationId, subject));
@@ -216,7 +269,8 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     }
     let outcome: Answer;
     try {
-      outcome = await forward(call, network, deadline, subject.keyId);
+      const isLogs = call.kind === 'logs' || call.method === 'eth_getFilterLogs';
+      outcome = isLogs ? await forwardLogs(call, network, deadline, subject.keyId, ctx) : await forward(call, network, deadline, subject.keyId, plan, !ctx.skipCacheRead);
     } catch (error) {
       // A bug on the way upstream (params no serialiser can take, say): this call alone fails, its credits go back.
       if (reserved !== undefined) await refund(reservationId, subject, ctx);
@@ -227,7 +281,8 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
       if (reserved !== undefined) await refund(reservationId, subject, ctx);
       return none(errorReply(item.id, outcome.error));
     }
-    ctx.upstream = outcome.upstream;
+    if (outcome.kind === 'cached') ctx.cache = 'hit';
+    else ctx.upstream = outcome.upstream;
     if (outcome.kind === 'rpc-error' && outcome.error.code === METHOD_NOT_FOUND) {
       // The upstream does not know the method: not offered after all, and unknown methods cost nothing.
       if (reserved !== undefined) await refund(reservationId, subject, ctx);
@@ -247,7 +302,9 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     return meter.charge(subject).then(
       (charged): Reply => {
         recordCharge(ctx, subject.method, charged.ok ? subject.cost : 0, charged);
-        return charged.ok ? reply : errorReply(reply.id, refusal(charged, subject, now()));
+        if (!charged.ok) return errorReply(reply.id, refusal(charged, subject, now()));
+        (ctx.charged ??= []).push(subject);
+        return reply;
       },
       (error: unknown): Reply => {
         deps.onStoreError?.(error);
@@ -262,6 +319,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
         // A reservation already gone was given back by the stale-reservation sweep: the answer
         // goes out uncharged, and its headers and log say so.
         recordCharge(ctx, pending.subject.method, settled.ok ? pending.subject.cost : 0, settled);
+        if (settled.ok) (ctx.charged ??= []).push(pending.subject);
         return pending.reply;
       },
       (error: unknown): Reply => {

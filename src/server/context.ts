@@ -2,6 +2,7 @@ import type { Socket } from 'node:net';
 import type { ServerResponse } from 'node:http';
 import type { Attempt } from '../routing/forward.js';
 import type { GatewayErrorCode } from '../errors.js';
+import type { ChargeSubject } from '../metering/ledger.js';
 import { bounded } from '../logging/redaction.js';
 
 /**
@@ -28,13 +29,20 @@ export interface RequestContext {
   creditsCharged: number;
   /** The team's spend today as last seen by this request's ledger operations. */
   teamUsed?: number;
-  cache?: 'hit' | 'miss';
+  /** What the response cache did for the call: answered it, missed, or was told not to read (`Cache-Control: no-cache`). */
+  cache?: 'hit' | 'miss' | 'bypass';
+  /** The client sent `Cache-Control: no-cache`: answers come from an upstream (and refresh the cache). */
+  skipCacheRead: boolean;
   upstream?: string;
+  /** Upstream calls made for split calls (`eth_getLogs` at a range), all of the request's together. */
+  upstreamCalls: number | undefined;
   attempts: Attempt[];
   /** One entry per answered call: its method label (`other` if not offered) and outcome. */
   calls: Array<{ method: string; outcome: string }>;
   /** Credits charged per method, for the credits metric. */
   charges: Array<{ method: string; credits: number }>;
+  /** What was charged, to give back should the answer carrying it not be written after all. */
+  charged: ChargeSubject[] | undefined;
   /** Calls refused for credits: `daily_credits_exhausted` or `rate_limited`. */
   creditRejections: string[];
   /** The gateway error of a request rejected as a whole (or of a single request's reply). */
@@ -80,10 +88,13 @@ export function createRequestContext(requestId: string, socket?: Socket, respons
     creditsCharged: 0,
     teamUsed: undefined,
     cache: undefined,
+    skipCacheRead: false,
     upstream: undefined,
+    upstreamCalls: undefined,
     attempts: [],
     calls: [],
     charges: [],
+    charged: undefined,
     creditRejections: [],
     errorCode: undefined,
     corsOrigin: undefined,
@@ -116,6 +127,7 @@ export function requestLogFields(ctx: RequestContext): Record<string, unknown> {
     credits: ctx.creditsCharged,
     cache: ctx.cache,
     upstream: ctx.upstream,
+    upstreamCalls: ctx.upstreamCalls,
     attempts,
   };
 }

@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
 
 /**
- * CORS on RPC paths (DESIGN §2 "Browsers"). Every answer to a request whose origin may read it
+ * CORS on RPC paths (docs/keys.md#cors). Every answer to a request whose origin may read it
  * carries these headers, errors included, so a page can read error bodies and credit headers.
  * The origin is echoed, never `*`; no `Access-Control-Allow-Credentials` (the gateway uses no
  * cookies, and an explicit `Authorization` header needs only the preflight's allowed headers).

@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders, IncomingMessage, ServerOptions, ServerResponse } from 'node:http';
+import { asksNoCache } from '../cache/cache-control.js';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
@@ -14,6 +15,7 @@ import { bounded, logScrubber, pathForLog, type Logger } from '../logging/logger
 import { CLIENT_CLOSED_REQUEST, clientGone, createRequestContext, MAX_LOGGED_REASON, requestLogFields, type RequestContext } from './context.js';
 import { abandonBodyRead, BodyTooLargeError, readBody, RequestClosedError } from './request-reader.js';
 import { CLIENT_LEFT, type CallDispatcher } from './call-dispatch.js';
+import { whenWritten } from './answer-delivery.js';
 import type { Meter } from '../metering/meter.js';
 import { utcDay } from '../metering/meter.js';
 import type { KeyWithTeam } from '../store/index.js';
@@ -27,7 +29,8 @@ import type { NetworkRuntime, NetworkSet } from './network-runtime.js';
  *   address) → validate → (answer locally | forward with failover) → commit (charge, or refund if
  *   the client left) → respond → log. The per-item stages (call-dispatch.ts) are shared with the
  *   WebSocket endpoint.
- * A request rejected as a whole gets one JSON-RPC error object with its HTTP status (DESIGN §2).
+ * A request rejected as a whole gets one JSON-RPC error object with its HTTP status, both listed
+ * in docs/errors.md.
  */
 
 export interface RpcHandlerDeps {
@@ -257,6 +260,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
       return reject(res, ctx, new GatewayError('TG_ERR_MISSING_KEY'));
     }
     const apiKey = resolved.value.apiKey;
+    ctx.skipCacheRead = asksNoCache(headers['cache-control']);
     if (!isJsonContentType(headers['content-type'])) {
       return reject(res, ctx, new GatewayError('TG_ERR_MEDIA_TYPE'));
     }
@@ -345,7 +349,8 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     if (answered === CLIENT_LEFT) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
     const credits = creditHeaders(auth, ctx);
     const responseHeaders = credits instanceof Promise ? await credits : credits;
-    // Batch responses are 200 whatever their items say (DESIGN §2); notifications only: 204.
+    // Batch responses are 200 whatever their items say (each carries its own error);
+    // notifications only: 204.
     if (answered.length === 0) return send(res, ctx, 204, undefined, responseHeaders);
     send(res, ctx, 200, serialiseBatch(answered), responseHeaders);
   }
@@ -430,7 +435,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     socket[PENDING_REQUEST] = ctx;
     const networks = deps.acquireNetworks();
     handle(req, headers, res, ctx, networks).then(
-      () => finish(req, headers, ctx, networks),
+      () => whenWritten(res, ctx, deps.meter, logger, () => finish(req, headers, ctx, networks)),
       (error: unknown) => {
         // Nothing here may throw: it would be an unhandled rejection, which ends the process.
         try {
@@ -445,7 +450,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
           logger.error({ err: failure, requestId: ctx.requestId }, 'request failed unexpectedly');
           res.destroy();
         }
-        finish(req, headers, ctx, networks);
+        whenWritten(res, ctx, deps.meter, logger, () => finish(req, headers, ctx, networks));
       },
     );
   }) as RpcHandler;

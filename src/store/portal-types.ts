@@ -1,5 +1,5 @@
 /**
- * The store's part of team self-service (DESIGN §3 team tokens, §9): team-scoped tokens (hashes
+ * The store's part of team self-service (docs/portal.md): team-scoped tokens (hashes
  * only), per-team quota alert settings, the once-only claims that deduplicate webhook events
  * across replicas, the log of webhook delivery attempts, and hourly usage. Both drivers
  * implement these (sqlite-team-tokens.ts, redis-team-tokens.ts; hours in the ledgers).

@@ -1,6 +1,6 @@
 /**
  * Verification of an `eth_getBlockByHash` result against the hash it was requested by
- * (DESIGN §4-§5): a block is answered or cached only if it is the block that hash names.
+ * (docs/verification.md): a block is answered or cached only if it is the block that hash names.
  *
  * What is checked, by mode:
  * - `off`: `block.hash` equals the requested hash.

@@ -1,8 +1,9 @@
+import { GatewayError } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
 import type { UpstreamSocket } from './upstream-socket.js';
 
 /**
- * Upstream subscriptions shared by every client that asked for the same thing (DESIGN §8).
+ * Upstream subscriptions shared by every client that asked for the same thing (docs/websocket.md).
  *
  * Per network, one upstream socket at a time carries all of the network's subscriptions, next
  * to an internal `newHeads` subscription that tracks the head (and is shared with clients that
@@ -20,6 +21,11 @@ import type { UpstreamSocket } from './upstream-socket.js';
  *   - pending transactions: deduplicated by hash (a mempool cannot be replayed: hashes announced
  *     only while no upstream was connected are not seen).
  * Every network's events go through one serial queue, so back-fills and live events keep order.
+ *
+ * A client subscription is confirmed only once its events are assured from then on: `ready`
+ * resolves when the upstream subscription it shares exists on the carrying socket (made now, or
+ * already there). Until then the client gets no answer; if no upstream takes it within the
+ * network's `requestTimeoutMs`, `ready` rejects and the client's `eth_subscribe` fails, uncharged.
  */
 
 export type SubscriptionKind = 'newHeads' | 'logs' | 'newPendingTransactions';
@@ -27,6 +33,8 @@ export type SubscriptionKind = 'newHeads' | 'logs' | 'newPendingTransactions';
 export interface HubEvent {
   /** The result as JSON text, serialised once for every subscriber. */
   json: string;
+  /** Its length in bytes (UTF-8), measured once: what each subscriber's queue counts. */
+  bytes: number;
   /** Logs: the hash of the log's block (one block's logs are charged once per client subscription). */
   blockHash?: string;
 }
@@ -64,9 +72,19 @@ export interface HubDeps {
   observe?: HubObserver;
 }
 
+export interface HubSubscription {
+  /**
+   * Resolves once every later event will reach the listener: the upstream subscription exists.
+   * Rejects (TG_ERR_UPSTREAMS_TIMED_OUT) when no upstream took it within the network's request timeout.
+   */
+  ready: Promise<void>;
+  /** Removes the listener (and the upstream subscription with its last listener). */
+  unsubscribe(): void;
+}
+
 export interface SubscriptionHub {
-  /** Adds a listener to the shared subscription; returns the function that removes it. */
-  subscribe(networkId: string, kind: SubscriptionKind, params: unknown[], listener: HubListener): () => void;
+  /** Adds a listener to the shared subscription. */
+  subscribe(networkId: string, kind: SubscriptionKind, params: unknown[], listener: HubListener): HubSubscription;
   /** Upstream subscriptions open now, all networks. */
   upstreamSubscriptionCount(): number;
   close(): void;
@@ -80,6 +98,13 @@ const LOG_BACKFILL_MARGIN = 8;
 const MAX_BACKFILL_BLOCKS = 128;
 /** Pending transaction hashes remembered for deduplication. */
 const PENDING_DEDUP_ENTRIES = 50_000;
+/**
+ * Upstream messages waiting in a network's serial queue (they pile up only while a back-fill or an
+ * `eth_subscribe` waits on the upstream). Past it the upstream is left as if it had closed: the
+ * queue is dropped, and the next upstream back-fills what it held (heads by number, logs by
+ * `eth_getLogs`), so memory stays bounded without a silent gap.
+ */
+export const MAX_FEED_QUEUE_EVENTS = 10_000;
 
 interface Entry {
   key: string;
@@ -87,6 +112,10 @@ interface Entry {
   params: unknown[];
   listeners: Set<HubListener>;
   upstreamSubscriptionId: string | undefined;
+  /** Client subscriptions waiting for the upstream subscription to exist before they are confirmed. */
+  waiters: Set<() => void>;
+  /** Logs: had an upstream subscription on a socket that went away, so the next one back-fills it. */
+  backfill: boolean;
 }
 
 interface LogRecord {
@@ -107,6 +136,8 @@ interface Feed {
   stallTimer: NodeJS.Timeout | undefined;
   cooldownUntil: Map<string, number>;
   queue: Promise<void>;
+  /** Tasks in `queue` not yet run. */
+  queued: number;
   lastHeadAt: number;
   // Heads delivered: number → hash, and the last one.
   headHashes: Map<number, string>;
@@ -140,13 +171,33 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
   }
 
   function enqueue(feed: Feed, task: () => Promise<void> | void): void {
-    feed.queue = feed.queue.then(task).catch((error: unknown) => {
-      logger.warn({ err: error, network: feed.networkId }, 'subscription event handling failed');
-    });
+    feed.queued += 1;
+    feed.queue = feed.queue
+      .then(() => {
+        feed.queued -= 1;
+        return task();
+      })
+      .catch((error: unknown) => {
+        logger.warn({ err: error, network: feed.networkId }, 'subscription event handling failed');
+      });
   }
 
-  function deliver(entry: Entry, event: HubEvent): void {
+  /** An upstream event to queue: past the queue's bound the upstream is left (its events are back-filled by the next). */
+  function enqueueEvent(feed: Feed, generation: number, task: () => Promise<void> | void): void {
+    if (generation !== feed.generation) return;
+    if (feed.queued >= MAX_FEED_QUEUE_EVENTS) return detach(feed, 'queue_full');
+    enqueue(feed, task);
+  }
+
+  function deliver(entry: Entry, json: string, blockHash?: string): void {
+    if (entry.listeners.size === 0) return;
+    const event: HubEvent = { json, bytes: Buffer.byteLength(json), blockHash };
     for (const listener of entry.listeners) listener(event);
+  }
+
+  function subscribed(entry: Entry): void {
+    for (const waiter of entry.waiters) waiter();
+    entry.waiters.clear();
   }
 
   // --- heads -----------------------------------------------------------------------------
@@ -164,7 +215,7 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
       feed.headHashes.delete(old);
       feed.seenHeads.delete(oldHash);
     }
-    deliver(feed.heads, { json: JSON.stringify(header) });
+    deliver(feed.heads, JSON.stringify(header));
   }
 
   async function blockByNumber(feed: Feed, socket: UpstreamSocket, number: number): Promise<Record<string, unknown> | undefined> {
@@ -199,7 +250,7 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
 
   function onHead(feed: Feed, generation: number, socket: UpstreamSocket, result: unknown): void {
     if (result === null || typeof result !== 'object') return;
-    enqueue(feed, async () => {
+    enqueueEvent(feed, generation, async () => {
       if (generation !== feed.generation) return;
       feed.lastHeadAt = now();
       const header = result as Record<string, unknown>;
@@ -224,13 +275,13 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
       if (record.blockNumber >= horizon) break;
       delivered.delete(oldKey);
     }
-    deliver(entry, { json: JSON.stringify(log), blockHash });
+    deliver(entry, JSON.stringify(log), blockHash);
   }
 
   function onLog(feed: Feed, entry: Entry, generation: number, result: unknown): void {
     if (result === null || typeof result !== 'object') return;
-    enqueue(feed, () => {
-      if (generation !== feed.generation || !feed.entries.has(entry.key)) return;
+    enqueueEvent(feed, generation, () => {
+      if (generation !== feed.generation || feed.entries.get(entry.key) !== entry) return;
       deliverLog(feed, entry, result as Record<string, unknown>);
     });
   }
@@ -265,15 +316,15 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
   // --- pending transactions ----------------------------------------------------------------
 
   function onPending(feed: Feed, entry: Entry, generation: number, result: unknown): void {
-    enqueue(feed, () => {
-      if (generation !== feed.generation || !feed.entries.has(entry.key)) return;
+    enqueueEvent(feed, generation, () => {
+      if (generation !== feed.generation || feed.entries.get(entry.key) !== entry) return;
       const hash = typeof result === 'string' ? result : String((result as { hash?: unknown } | null)?.hash);
       let seen = feed.pending.get(entry.key);
       if (seen === undefined) feed.pending.set(entry.key, (seen = new Set()));
       if (seen.has(hash)) return;
       seen.add(hash);
       if (seen.size > PENDING_DEDUP_ENTRIES) seen.delete(seen.values().next().value!);
-      deliver(entry, { json: JSON.stringify(result) });
+      deliver(entry, JSON.stringify(result));
     });
   }
 
@@ -288,12 +339,13 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
           ? (result: unknown) => onLog(feed, entry, generation, result)
           : (result: unknown) => onPending(feed, entry, generation, result);
     const id = await socket.subscribe(entry.params, timeoutMs, onEvent);
-    if (generation !== feed.generation || !feed.entries.has(entry.key)) {
+    if (generation !== feed.generation || feed.entries.get(entry.key) !== entry) {
       socket.unsubscribe(id);
       return;
     }
     entry.upstreamSubscriptionId = id;
     countSubscription(feed, entry, 1);
+    subscribed(entry);
   }
 
   /** Subscribes every entry on a new socket (then back-fills logs), as one task of the queue. */
@@ -303,7 +355,12 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
       try {
         for (const entry of feed.entries.values()) await subscribeEntry(feed, entry, socket, generation);
         if (!moved) return;
-        for (const entry of feed.entries.values()) if (entry.kind === 'logs') await backfillLogs(feed, entry, socket);
+        // Only logs subscriptions the move interrupted: one made meanwhile was confirmed on this socket.
+        for (const entry of feed.entries.values()) {
+          if (entry.kind !== 'logs' || !entry.backfill) continue;
+          await backfillLogs(feed, entry, socket);
+          entry.backfill = false;
+        }
       } catch (error) {
         // The new upstream failed mid-way: it is dropped too, and the next one is tried.
         if (generation === feed.generation) detach(feed, 'subscribe_failed', error);
@@ -317,7 +374,10 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
     feed.socket = undefined;
     feed.generation += 1;
     for (const entry of feed.entries.values()) {
-      if (entry.upstreamSubscriptionId !== undefined) countSubscription(feed, entry, -1);
+      if (entry.upstreamSubscriptionId !== undefined) {
+        countSubscription(feed, entry, -1);
+        entry.backfill = true;
+      }
       entry.upstreamSubscriptionId = undefined;
     }
     const network = deps.network(feed.networkId);
@@ -382,7 +442,7 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
   }
 
   function createFeed(networkId: string): Feed {
-    const heads: Entry = { key: 'newHeads|[]', kind: 'newHeads', params: ['newHeads'], listeners: new Set(), upstreamSubscriptionId: undefined };
+    const heads: Entry = { key: 'newHeads|[]', kind: 'newHeads', params: ['newHeads'], listeners: new Set(), upstreamSubscriptionId: undefined, waiters: new Set(), backfill: false };
     const feed: Feed = {
       networkId,
       entries: new Map([[heads.key, heads]]),
@@ -394,6 +454,7 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
       stallTimer: undefined,
       cooldownUntil: new Map(),
       queue: Promise.resolve(),
+      queued: 0,
       lastHeadAt: now(),
       headHashes: new Map(),
       seenHeads: new Set(),
@@ -429,7 +490,7 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
       const key = kind === 'newHeads' ? feed.heads.key : keyOf(kind, params);
       let entry = feed.entries.get(key);
       if (entry === undefined) {
-        entry = { key, kind, params, listeners: new Set(), upstreamSubscriptionId: undefined };
+        entry = { key, kind, params, listeners: new Set(), upstreamSubscriptionId: undefined, waiters: new Set(), backfill: false };
         feed.entries.set(key, entry);
         const socket = feed.socket;
         if (socket !== undefined) {
@@ -439,16 +500,42 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
             if (generation === feed.generation) detach(feed, 'subscribe_failed', error);
           }));
         }
+        // Without a socket (the first one connecting, or a move under way) the next socket's attach subscribes it.
       }
       // One function per client subscription, so the same listener may be added twice.
       const own: HubListener = (event) => listener(event);
       entry.listeners.add(own);
       const target = entry;
-      return () => {
+      let settle: (() => void) | undefined;
+      const ready =
+        target.upstreamSubscriptionId !== undefined
+          ? Promise.resolve()
+          : new Promise<void>((resolve, reject) => {
+              const timeoutMs = deps.network(networkId)?.requestTimeoutMs ?? 10_000;
+              const timer = setTimeout(() => {
+                target.waiters.delete(waiter);
+                reject(new GatewayError('TG_ERR_UPSTREAMS_TIMED_OUT', `no upstream took the ${kind} subscription within ${timeoutMs} ms`));
+              }, timeoutMs);
+              timer.unref();
+              const waiter = () => {
+                clearTimeout(timer);
+                resolve();
+              };
+              settle = () => {
+                clearTimeout(timer);
+                target.waiters.delete(waiter);
+              };
+              target.waiters.add(waiter);
+            });
+      let removed = false;
+      const unsubscribe = () => {
+        if (removed) return;
+        removed = true;
+        settle?.();
         target.listeners.delete(own);
         if (target.listeners.size > 0) return;
         if (target !== feed.heads) {
-          feed.entries.delete(target.key);
+          if (feed.entries.get(target.key) === target) feed.entries.delete(target.key);
           feed.logs.delete(target.key);
           feed.pending.delete(target.key);
           if (target.upstreamSubscriptionId !== undefined) {
@@ -460,6 +547,7 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
         // Nothing left but the internal head tracker without listeners: the network's socket goes.
         if (feed.entries.size === 1 && feed.heads.listeners.size === 0 && feeds.get(networkId) === feed) closeFeed(feed);
       };
+      return { ready, unsubscribe };
     },
     upstreamSubscriptionCount: () => upstreamSubscriptions,
     close() {

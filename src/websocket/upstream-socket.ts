@@ -30,7 +30,17 @@ export interface UpstreamSocketOptions {
   onClose: (reason: string) => void;
 }
 
-type Waiter = { resolve: (value: unknown) => void; reject: (error: Error) => void; timer: NodeJS.Timeout };
+type Waiter = {
+  resolve: (value: unknown) => void;
+  reject: (error: Error) => void;
+  timer: NodeJS.Timeout;
+  /**
+   * Runs as the answer is read, before the next message: an `eth_subscribe` answer registers its
+   * handler here, because a notification in the same TCP read is routed before any promise
+   * continuation runs (it would otherwise find no handler and be lost).
+   */
+  onResult?: (result: unknown) => void;
+};
 
 export class UpstreamRequestError extends Error {
   override name = 'UpstreamRequestError';
@@ -90,11 +100,12 @@ export function connectUpstreamSocket(options: UpstreamSocketOptions): Promise<U
       if (waiter === undefined) return;
       waiters.delete(message.id);
       clearTimeout(waiter.timer);
-      if (message.error !== undefined && message.error !== null) waiter.reject(new UpstreamRequestError(String(message.error.message ?? 'upstream error')));
-      else waiter.resolve(message.result);
+      if (message.error !== undefined && message.error !== null) return waiter.reject(new UpstreamRequestError(String(message.error.message ?? 'upstream error')));
+      waiter.onResult?.(message.result);
+      waiter.resolve(message.result);
     });
 
-    const request = (method: string, params: unknown[], timeoutMs: number): Promise<unknown> =>
+    const request = (method: string, params: unknown[], timeoutMs: number, onResult?: (result: unknown) => void): Promise<unknown> =>
       new Promise((resolve, reject) => {
         if (closed || socket.readyState !== WebSocket.OPEN) return reject(new UpstreamRequestError('upstream socket not open'));
         const id = nextId++;
@@ -103,7 +114,7 @@ export function connectUpstreamSocket(options: UpstreamSocketOptions): Promise<U
           reject(new UpstreamRequestError(`${method} timed out`));
         }, timeoutMs);
         timer.unref();
-        waiters.set(id, { resolve, reject, timer });
+        waiters.set(id, { resolve, reject, timer, onResult });
         socket.send(JSON.stringify({ jsonrpc: '2.0', id, method, params }));
       });
 
@@ -111,11 +122,12 @@ export function connectUpstreamSocket(options: UpstreamSocketOptions): Promise<U
       connected = true;
       resolveConnect({
         upstreamId: options.upstreamId,
-        request,
+        request: (method, params, timeoutMs) => request(method, params, timeoutMs),
         async subscribe(params, timeoutMs, onEvent) {
-          const id = await request('eth_subscribe', params, timeoutMs);
+          const id = await request('eth_subscribe', params, timeoutMs, (result) => {
+            if (typeof result === 'string') handlers.set(result, onEvent);
+          });
           if (typeof id !== 'string') throw new UpstreamRequestError('eth_subscribe answered without a subscription id');
-          handlers.set(id, onEvent);
           return id;
         },
         unsubscribe(subscriptionId) {

@@ -18,12 +18,14 @@ import { CLIENT_LEFT, type CallDispatcher } from '../server/call-dispatch.js';
 import { refusal, type CallExecutor, type CallItem, type PendingReply } from '../server/call-executor.js';
 import { clientGone, createRequestContext, CLIENT_CLOSED_REQUEST, requestLogFields, type RequestContext } from '../server/context.js';
 import type { NetworkRuntime, NetworkSet } from '../server/network-runtime.js';
-import type { HubEvent, SubscriptionHub, SubscriptionKind } from './subscription-hub.js';
+import type { SubscriptionHub, SubscriptionKind } from './subscription-hub.js';
+import type { EventOutbox, OverflowScope } from './event-outbox.js';
+import { createEventDelivery, type ClientSubscription, type DeliveryObserver, type QueuedEvent } from './event-delivery.js';
 import { parseSubscribeParams, subscriptionMethodPrice, SUBSCRIPTION_METHODS } from './subscribe-params.js';
 
 /**
- * The WebSocket endpoint `{base_url}/ws/v3/<API_KEY>` (DESIGN §8), an HTTP upgrade on the RPC
- * listener. The stages:
+ * The WebSocket endpoint `{base_url}/ws/v3/<API_KEY>` (docs/websocket.md), an HTTP upgrade on the
+ * RPC listener. The stages:
  *   upgrade: resolve network → authenticate → network allow-list → key settings (secret / JWT,
  *            origin, user agent, IP) → connection bounds → accept
  *   message: parse → per item the HTTP request path (call-dispatch.ts: validate, price, route,
@@ -62,15 +64,10 @@ export type DisconnectReason =
   | 'shutdown'
   | 'error';
 
-export interface WebSocketObserver {
+export interface WebSocketObserver extends DeliveryObserver {
   connections(network: string, delta: number): void;
   subscriptions(network: string, kind: SubscriptionKind, delta: number): void;
-  delivered(network: string, kind: SubscriptionKind): void;
-  /** An event not sent to a subscriber: `closed`, `credits_exhausted`, `slow_client`, `store_error`. */
-  dropped(network: string, kind: SubscriptionKind, reason: string): void;
   disconnected(reason: DisconnectReason): void;
-  /** Credits charged for delivered events. */
-  eventCredits(network: string, kind: SubscriptionKind, team: string, credits: number): void;
   /** Upgrades refused, by HTTP status. */
   rejected(status: number): void;
 }
@@ -100,9 +97,6 @@ const MAX_MESSAGES_IN_FLIGHT = 256;
 /** ws 8's `pause()` / `resume()` (which the ws 7 type package hoisted beside it does not declare). */
 const flow = (ws: WebSocket) => ws as unknown as { pause(): void; resume(): void };
 
-/** Logs of one block already charged, remembered per client subscription. */
-const CHARGED_BLOCKS_REMEMBERED = 512;
-
 const STATUS_TEXT: Record<number, string> = {
   400: 'Bad Request',
   401: 'Unauthorized',
@@ -122,21 +116,12 @@ export function httpPathOf(path: string): string | undefined {
   return match === null ? undefined : `${match[1]}${match[2]}`;
 }
 
-/** The parts of the upgrade request the key settings read (DESIGN §3). */
+/** The parts of the upgrade request the key settings read (docs/keys.md). */
 interface UpgradeFacts {
   origin: string | undefined;
   userAgent: string | undefined;
   authorization: string | undefined;
   clientAddress: string | undefined;
-}
-
-interface ClientSubscription {
-  id: string;
-  kind: SubscriptionKind;
-  price: number;
-  unhook: () => void;
-  /** Logs: blocks whose events this subscription already paid for. */
-  chargedBlocks: Set<string>;
 }
 
 interface Connection {
@@ -161,8 +146,8 @@ interface Connection {
   subscribing: number;
   /** Messages being answered. */
   inFlight: number;
-  /** Events wait here for their reservations, so they go out in order. */
-  outbox: Promise<void>;
+  /** Events wait here for their reservations and for the client to read, so they go out in order, bounded. */
+  outbox: EventOutbox<QueuedEvent>;
   closing: boolean;
   reason: DisconnectReason | undefined;
   lastPingAt: number;
@@ -170,6 +155,9 @@ interface Connection {
   messages: number;
   events: number;
   eventCredits: number;
+  /** The charge subject of its last event, and the key state it was made from. */
+  eventSubject?: ChargeSubject;
+  eventSubjectAuth?: KeyWithTeam;
 }
 
 export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketEndpoint {
@@ -180,6 +168,29 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
     maxParamsDepth: deps.server.maxParamsDepth,
     maxParamsBytes: deps.server.maxParamsBytes,
   };
+  const delivery = createEventDelivery<Connection>({
+    limits: settings,
+    meter: deps.meter,
+    observe,
+    subject(connection, price) {
+      // One subject per connection, price and day, reused by every event (thousands a second).
+      const cached = connection.eventSubject;
+      const day = utcDay(deps.now());
+      if (cached !== undefined && cached.cost === price && cached.day === day && connection.eventSubjectAuth === connection.auth) return cached;
+      connection.eventSubjectAuth = connection.auth;
+      return (connection.eventSubject = subjectFor(connection, connection.auth, 'eth_subscription', price, false));
+    },
+    send: (connection, text) => send(connection, text),
+    refused(connection, result, subject) {
+      if (result.reason !== 'daily_credits_exhausted') return;
+      // The last thing this connection receives: the refusal, then close code 4402.
+      send(connection, JSON.stringify({ jsonrpc: '2.0', id: null, error: toJsonRpcError(refusal(result, subject, deps.now())) }));
+      closeConnection(connection, CLOSE_CREDITS_EXHAUSTED, 'credits_exhausted', 'daily credits exhausted');
+    },
+    overflowed: (connection, scope, events, bytes) => overflowed(connection, scope, events, bytes),
+  });
+  /** Subscriptions confirmed by a message's answer, armed once that answer is written. */
+  const confirmedBy = new WeakMap<RequestContext, ClientSubscription[]>();
   const wss = new WebSocketServer({ noServer: true, maxPayload: settings.maxMessageBytes, perMessageDeflate: false, clientTracking: false });
   const connections = new Set<Connection>();
   const corsAllows = compileOrigins(deps.server.cors.allowedOrigins);
@@ -314,7 +325,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
       subscriptions: new Map(),
       subscribing: 0,
       inFlight: 0,
-      outbox: Promise.resolve(),
+      outbox: undefined as unknown as EventOutbox<QueuedEvent>,
       closing: false,
       reason: undefined,
       lastPingAt: Date.now(),
@@ -323,6 +334,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
       events: 0,
       eventCredits: 0,
     };
+    connection.outbox = delivery.outbox(connection, socket);
     connection.view = {
       get destroyed() {
         return socket.destroyed || connection.closing;
@@ -358,6 +370,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
       connections.delete(connection);
       release();
       connection.closing = true;
+      connection.outbox.close();
       for (const subscription of connection.subscriptions.values()) {
         subscription.unhook();
         observe.subscriptions(networkId, subscription.kind, -1);
@@ -389,6 +402,8 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
     if (connection.closing) return;
     connection.closing = true;
     connection.reason ??= reason;
+    // Nothing queued will be sent: the waiting events give their reservations back now.
+    connection.outbox.close();
     connection.ws.close(code, text);
     // A client that reads nothing never answers the close: ws destroys the socket after its own
     // close timeout; nothing more is queued for it meanwhile (`closing`).
@@ -400,7 +415,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
    */
   function send(connection: Connection, text: string | Buffer): boolean {
     if (connection.closing || connection.ws.readyState !== WebSocket.OPEN) return false;
-    connection.ws.send(text);
+    connection.ws.send(text, { binary: false });
     if (connection.ws.bufferedAmount > settings.maxBufferedBytes) {
       // The close frame waits behind what is buffered: a client that never reads again is cut
       // off by ws's close timeout (30 s), with nothing added to its buffer meanwhile.
@@ -457,11 +472,13 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
         if (reply === CLIENT_LEFT) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
         if ('error' in reply && reply.gatewayError !== undefined) ctx.errorCode = reply.gatewayError.code;
         if (!send(connection, serialiseReply(reply))) ctx.httpStatus = CLIENT_CLOSED_REQUEST;
+        arm(ctx);
         return;
       }
       const replies = await answerBatch(connection, parsed.items, network, auth, ctx, deadline, itemRules);
       if (replies === CLIENT_LEFT) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
       if (replies.length > 0 && !send(connection, serialiseBatch(replies))) ctx.httpStatus = CLIENT_CLOSED_REQUEST;
+      arm(ctx);
     } catch (error) {
       logger.error({ err: error, requestId: ctx.requestId }, 'websocket message failed unexpectedly');
       send(connection, serialiseReply(errorReply(NULL_ID, new GatewayError('TG_ERR_INTERNAL', undefined, undefined, undefined, error))));
@@ -594,94 +611,62 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
       return answer(errorReply(item.id, new GatewayError('TG_ERR_WS_SUBSCRIPTION_LIMIT', undefined, { reason: 'subscription_limit', limit })));
     }
     const id = `0x${randomBytes(16).toString('hex')}`;
+    const subscription: ClientSubscription = {
+      id,
+      kind: request.kind,
+      price: network.config.subscriptions.eventCredits[request.kind],
+      unhook: () => undefined,
+      chargedBlocks: new Set(),
+      prefix: Buffer.from(`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"${id}","result":`),
+      armed: false,
+    };
     connection.subscribing += 1;
     let reply: Reply | typeof CLIENT_LEFT;
     try {
+      // Confirmed only once its events are assured from then on: the upstream subscription (or an
+      // identical shared one) exists. Hooked first, so the hub holds the subscription meanwhile.
+      const hooked = deps.hub.subscribe(connection.networkId, request.kind, request.upstreamParams, (event) => delivery.deliver(connection, subscription, event));
+      subscription.unhook = hooked.unsubscribe;
+      try {
+        await hooked.ready;
+      } catch (error) {
+        hooked.unsubscribe();
+        return answer(errorReply(item.id, error instanceof GatewayError ? error : new GatewayError('TG_ERR_INTERNAL', undefined, undefined, undefined, error)));
+      }
       reply = await commit(id);
     } finally {
       connection.subscribing -= 1;
     }
-    if (reply === CLIENT_LEFT || !('result' in reply) || connection.closing) return reply;
-    const price = network.config.subscriptions.eventCredits[request.kind];
-    const subscription: ClientSubscription = { id, kind: request.kind, price, unhook: () => undefined, chargedBlocks: new Set() };
-    const prefix = `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"${id}","result":`;
+    if (reply === CLIENT_LEFT || !('result' in reply) || connection.closing) {
+      subscription.unhook();
+      return reply;
+    }
     connection.subscriptions.set(id, subscription);
     observe.subscriptions(connection.networkId, request.kind, 1);
-    // Hooked after the reply is queued: the client knows the id before its first event.
-    queueMicrotask(() => {
-      if (connection.subscriptions.get(id) !== subscription) return;
-      subscription.unhook = deps.hub.subscribe(connection.networkId, request.kind, request.upstreamParams, (event) => deliverEvent(connection, subscription, prefix, event));
-    });
+    // Armed as the answer is written (handleMessage): the client knows the id before its first event.
+    const confirmed = confirmedBy.get(ctx);
+    if (confirmed === undefined) confirmedBy.set(ctx, [subscription]);
+    else confirmed.push(subscription);
     return reply;
   }
 
-  /** Why an event for a closing connection was not sent: the metric's few reasons. */
-  function dropReason(connection: Connection): string {
-    return connection.reason === 'slow_client' || connection.reason === 'credits_exhausted' ? connection.reason : 'closed';
+  /** After a message's answer is written: its new subscriptions start taking events. */
+  function arm(ctx: RequestContext): void {
+    const confirmed = confirmedBy.get(ctx);
+    if (confirmed === undefined) return;
+    confirmedBy.delete(ctx);
+    for (const subscription of confirmed) subscription.armed = true;
   }
 
-  /** One event for one client subscription: reserved, sent in order, settled once sent. */
-  function deliverEvent(connection: Connection, subscription: ClientSubscription, prefix: string, event: HubEvent): void {
-    const network = connection.networkId;
-    if (connection.closing) return observe.dropped(network, subscription.kind, dropReason(connection));
-    let price = subscription.price;
-    if (subscription.kind === 'logs' && event.blockHash !== undefined) {
-      // One block's logs are one event to pay for, however many of them match.
-      if (subscription.chargedBlocks.has(event.blockHash)) price = 0;
-      else {
-        subscription.chargedBlocks.add(event.blockHash);
-        if (subscription.chargedBlocks.size > CHARGED_BLOCKS_REMEMBERED) subscription.chargedBlocks.delete(subscription.chargedBlocks.values().next().value!);
-      }
-    }
-    const frame = `${prefix}${event.json}}}`;
-    if (price === 0) {
-      connection.outbox = connection.outbox.then(() => {
-        if (send(connection, frame)) observe.delivered(network, subscription.kind);
-        else observe.dropped(network, subscription.kind, dropReason(connection));
-      });
-      return;
-    }
-    const subject = subjectFor(connection, connection.auth, 'eth_subscription', price, false);
-    const reservationId = deps.meter.newReservationId();
-    const reserved = deps.meter.reserve(reservationId, subject);
-    connection.outbox = connection.outbox.then(async () => {
-      let result;
-      try {
-        result = await reserved;
-      } catch {
-        // The store is unreachable: the event cannot be charged, so it is not sent.
-        deps.meter.release(reservationId);
-        if (subscription.kind === 'logs' && event.blockHash !== undefined) subscription.chargedBlocks.delete(event.blockHash);
-        return observe.dropped(network, subscription.kind, 'store_error');
-      }
-      if (!result.ok) {
-        if (subscription.kind === 'logs' && event.blockHash !== undefined) subscription.chargedBlocks.delete(event.blockHash);
-        observe.dropped(network, subscription.kind, 'credits_exhausted');
-        if (result.reason === 'daily_credits_exhausted' && !connection.closing) {
-          // The last thing this connection receives: the refusal, then close code 4402.
-          const error = refusal(result, subject, deps.now());
-          send(connection, JSON.stringify({ jsonrpc: '2.0', id: null, error: toJsonRpcError(error) }));
-          closeConnection(connection, CLOSE_CREDITS_EXHAUSTED, 'credits_exhausted', 'daily credits exhausted');
-        }
-        return;
-      }
-      if (!send(connection, frame)) {
-        observe.dropped(network, subscription.kind, dropReason(connection));
-        await deps.meter.refund(reservationId).catch(() => deps.meter.release(reservationId));
-        return;
-      }
-      observe.delivered(network, subscription.kind);
-      try {
-        const settled = await deps.meter.settle(reservationId);
-        if (settled.ok) {
-          connection.events += 1;
-          connection.eventCredits += price;
-          observe.eventCredits(network, subscription.kind, subject.teamId, price);
-        }
-      } catch {
-        deps.meter.release(reservationId);
-      }
-    });
+  /** A queue bound was passed: the connection is closed with 1013 (its queue is already dropped). */
+  function overflowed(connection: Connection, scope: OverflowScope, events: number, bytes: number): void {
+    if (connection.closing) return;
+    connection.reason ??= 'slow_client';
+    logger.warn(
+      { connectionId: connection.id, keyId: connection.auth.key.id, scope, queuedEvents: events, queuedBytes: bytes, bufferedBytes: connection.ws.bufferedAmount },
+      'websocket client not reading: closing (1013)',
+    );
+    closeConnection(connection, CLOSE_TRY_AGAIN_LATER, 'slow_client', scope === 'process' ? 'gateway event queues full: client reading slowest' : 'event queue full: client not reading');
   }
 
   // --- liveness -------------------------------------------------------------------------------

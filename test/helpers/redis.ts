@@ -1,5 +1,5 @@
-// A real redis-server on a free loopback port, for the Redis store's tests (DESIGN §6: "Tests run
-// a real redis-server on loopback"). No persistence by default; `persistent: true` turns on an
+// A real redis-server on a free loopback port, for the Redis store's tests, which run
+// against a real server, never a mock. No persistence by default; `persistent: true` turns on an
 // fsync-always append-only file so that data survives a SIGKILL (for outage tests).
 
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';

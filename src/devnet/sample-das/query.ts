@@ -4,7 +4,7 @@ import type { AssetSortField, AssetsByGroupQuery } from '../../methods/get-asset
 import type { Asset, SampleDataset } from './dataset.js';
 
 /**
- * `getAssetsByGroup` over a {@link SampleDataset}, with the DESIGN §1.2 semantics (development
+ * `getAssetsByGroup` over a {@link SampleDataset}, as a DAS server answers it (development
  * fixture: `tollgate devnet`, tests, benchmarks). Each group is sorted once per sort field when
  * the index is built; a query is then a binary search plus a slice.
  *

@@ -2,10 +2,10 @@
  * DEVELOPMENT FIXTURE — a sample Solana DAS upstream. Used by `tollgate devnet`, the test suite
  * and the benchmarks; never by `tollgate serve` (production gateways point at real providers).
  *
- * A plain `node:http` JSON-RPC 2.0 server that answers `getAssetsByGroup` over a generated
- * data set with the DESIGN §1.2 semantics, validating params with the gateway's own parser so
- * its errors match a real DAS server's. Both param forms are accepted, batches work, every
- * other method gets -32601. Pages are spliced from JSON serialised once per asset, so the
+ * A plain `node:http` JSON-RPC 2.0 server that answers `getAssetsByGroup` over a generated data set
+ * as a DAS server does (defaults, sorting, pagination), validating params with the gateway's own
+ * parser so its errors match a real DAS server's. Both param forms are accepted, batches work,
+ * every other method gets -32601. Pages are spliced from JSON serialised once per asset, so the
  * fixture stays cheap next to the gateway it is measuring.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';

@@ -11,12 +11,14 @@ import { SKIPPED, type AttemptPolicy } from './types.js';
  * verifier that does not know it yet.
  * The state itself lives in {@link UpstreamHealth}, shared with selection and the prober.
  */
-export function circuitBreakerPolicy(options: { wrongAnswerReasons?: ReadonlySet<string> } = {}): AttemptPolicy {
+export function circuitBreakerPolicy(options: { wrongAnswerReasons?: ReadonlySet<string>; answeredReasons?: ReadonlySet<string> } = {}): AttemptPolicy {
   const wrongAnswers = options.wrongAnswerReasons ?? new Set<string>();
+  // Failures that are proper answers of a healthy upstream (it declined a logs range as too large).
+  const answered = options.answeredReasons ?? new Set<string>();
   return (next) => async (upstream, execution, signal) => {
     if (!upstream.health.admit()) return { kind: 'failure', reason: SKIPPED, timedOut: false, durationMs: 0 };
     const outcome = await next(upstream, execution, signal);
-    if (outcome.kind !== 'failure') upstream.health.recordSuccess(outcome.durationMs);
+    if (outcome.kind !== 'failure' || answered.has(outcome.reason)) upstream.health.recordSuccess(outcome.durationMs);
     else if (outcome.reason === 'cancelled') upstream.health.releaseTrial();
     else if (wrongAnswers.has(outcome.reason)) upstream.health.recordWrongAnswer();
     else upstream.health.recordFailure();

@@ -2,7 +2,7 @@ import type { JsonRpcErrorObject } from '../../errors.js';
 import type { AttemptOutcome, RoutedUpstream } from '../upstream.js';
 
 /**
- * The failsafe chain (DESIGN §5, STYLE §5): small policies around one function, each testable
+ * The failsafe chain (docs/routing.md): small policies around one function, each testable
  * alone with a scripted `next` and a manual clock. Two levels:
  *   - an {@link AttemptFn} makes one attempt against a given upstream; attempt policies wrap it
  *     (timeout, circuit breaker, result check);

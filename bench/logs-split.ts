@@ -1,0 +1,210 @@
+// eth_getLogs split scenario: one wide eth_getLogs call that the gateway answers from 20 aligned
+// chunks (the upstream's getLogs.maxRange is a twentieth of the range), cold (`Cache-Control:
+// no-cache`: every chunk asked of anvil) and warm (the response cache may answer the finalized
+// chunks), against the same call straight to anvil, which has no cap and answers it in one
+// piece; calls alternate between the two. Reports latency (median of sequential calls), upstream
+// calls per gateway call (from the gateway's own metric) and the gateway's CPU per chunk (from
+// /proc: the gateway is its own `node dist/cli.js serve` process, SQLite store, metering on).
+//
+// The chain: 2,000 blocks in which every tenth block has a call of the log emitter
+// (test/helpers/log-emitter.ts, two logs per call), then 200 empty ones so that the whole range
+// is finalized (anvil: 64 blocks behind its head); a 2,000-block call in chunks of 100. A tenth
+// of the production example (20,000 blocks in chunks of 1,000): anvil's cost per mined block
+// grows with the chain's length, and the gateway's work is per chunk and per log, not per block.
+//
+// Standalone:  npm run build && node --import tsx bench/logs-split.ts [--calls 30]
+// From bench/run.ts: `npm run bench -- --only "eth_getLogs split"` runs this scenario alone.
+
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { stringify as toYaml } from 'yaml';
+import { startAnvil } from '../src/devnet/anvil.js';
+import { buildEmittingChain } from '../test/helpers/log-emitter.js';
+import { cpuSeconds } from './proc-stats.js';
+
+export const LOGS_SPLIT_SCENARIO = 'eth_getLogs split into 20 chunks';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const CLI = join(ROOT, 'dist', 'cli.js');
+const RANGE_BLOCKS = 2_000;
+const CHUNKS = 20;
+const ADMIN_TOKEN = 'bench-admin-token-0123456789';
+
+export interface LogsSplitPhase {
+  /** Median latency of one call, in ms. */
+  medianMs: number;
+  /** Upstream calls per gateway call (gateway phases only). */
+  upstreamCallsPerCall?: number;
+  /** Gateway CPU (user + system) per chunk of a call, in µs (gateway phases only). */
+  cpuUsPerChunk?: number;
+}
+
+export interface LogsSplitResult {
+  calls: number;
+  logs: number;
+  direct: LogsSplitPhase;
+  cold: LogsSplitPhase;
+  warm: LogsSplitPhase;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function runCli(args: string[]): string {
+  return execFileSync(process.execPath, [CLI, ...args], { cwd: ROOT, encoding: 'utf8' });
+}
+
+async function post(url: string, body: string): Promise<string> {
+  const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+  return response.text();
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((x, y) => x - y);
+  return sorted[Math.floor(sorted.length / 2)]!;
+}
+
+/** The sum of the gateway's tollgate_logs_upstream_calls histogram so far. */
+async function upstreamCallsSum(adminOrigin: string): Promise<number> {
+  const text = await (await fetch(`${adminOrigin}/metrics`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).text();
+  const line = text.split('\n').find((candidate) => candidate.startsWith('tollgate_logs_upstream_calls_sum{'));
+  return line === undefined ? 0 : Number(line.split(' ').pop());
+}
+
+export async function runLogsSplit(options: { calls: number }): Promise<LogsSplitResult> {
+  const workDir = mkdtempSync(join(tmpdir(), 'tollgate-logs-bench-'));
+  const anvil = await startAnvil();
+  let gateway: ChildProcess | undefined;
+  try {
+    const chain = await buildEmittingChain(anvil.url, { sparseCalls: RANGE_BLOCKS / 10, gap: 9, denseBlocks: 0, densePerBlock: 0, tail: 200 });
+    const dbFile = join(workDir, 'tollgate.db');
+    runCli(['teams', 'create', 'bench', '--daily-credits', '1000000000000', '--db', dbFile]);
+    const secret = (JSON.parse(runCli(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { secret: string }).secret;
+    const [port, adminPort] = [await freePort(), await freePort()];
+    const configFile = join(workDir, 'gateway.yaml');
+    writeFileSync(
+      configFile,
+      toYaml({
+        server: { host: '127.0.0.1', port },
+        admin: { host: '127.0.0.1', port: adminPort, token: ADMIN_TOKEN },
+        store: { driver: 'sqlite', path: dbFile },
+        networks: [
+          {
+            id: 'eth',
+            kind: 'evm',
+            chainId: 31337,
+            baseUrls: ['*/eth'],
+            getLogs: { maxRange: RANGE_BLOCKS },
+            upstreams: [{ id: 'anvil', url: anvil.url, getLogs: { maxRange: RANGE_BLOCKS / CHUNKS } }],
+          },
+        ],
+      }),
+    );
+    const logFd = openSync(join(workDir, 'gateway.log'), 'a');
+    gateway = spawn(process.execPath, [CLI, 'serve', '--config', configFile], { cwd: ROOT, stdio: ['ignore', logFd, logFd], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn' } });
+    closeSync(logFd);
+    const gatewayUrl = `http://127.0.0.1:${port}/eth/v3/${secret}`;
+    const adminOrigin = `http://127.0.0.1:${adminPort}`;
+    for (let tries = 0; ; tries += 1) {
+      try {
+        if ((await post(gatewayUrl, '{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}')).includes('0x7a69')) break;
+      } catch {
+        // not listening yet
+      }
+      if (tries > 200) throw new Error('the gateway did not start');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+
+    // The range starts on a chunk boundary so the call is exactly CHUNKS chunks.
+    const from = Math.ceil(chain.firstLogBlock / (RANGE_BLOCKS / CHUNKS)) * (RANGE_BLOCKS / CHUNKS);
+    const filter = { address: chain.contract, fromBlock: `0x${from.toString(16)}`, toBlock: `0x${(from + RANGE_BLOCKS - 1).toString(16)}` };
+    const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_getLogs', params: [filter] });
+    const reference = JSON.parse(await post(anvil.url, body)) as { result: unknown[] };
+    const answer = JSON.parse(await post(gatewayUrl, body)) as { result?: unknown[] };
+    if (JSON.stringify(answer.result) !== JSON.stringify(reference.result)) throw new Error('the gateway answer differs from anvil’s');
+
+    const timed = async (url: string, headers: Record<string, string> = {}): Promise<number> => {
+      const started = performance.now();
+      const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+      await response.arrayBuffer();
+      return performance.now() - started;
+    };
+    // Both servers warmed up first (V8 compiles the gateway's hot paths; anvil reads its blocks).
+    for (let index = 0; index < 5; index += 1) {
+      await timed(anvil.url);
+      await timed(gatewayUrl, { 'cache-control': 'no-cache' });
+    }
+
+    /**
+     * Calls to anvil and the gateway in alternating pairs, so load from elsewhere on the machine
+     * hits both. Cold: `Cache-Control: no-cache`, every chunk asked of anvil again. Warm: the
+     * cache may answer. The gateway's CPU is read around its calls only.
+     */
+    async function pairs(headers: Record<string, string>): Promise<{ direct: number[]; gateway: LogsSplitPhase }> {
+      const directMs: number[] = [];
+      const gatewayMs: number[] = [];
+      let cpu = 0;
+      const callsBefore = await upstreamCallsSum(adminOrigin);
+      for (let index = 0; index < options.calls; index += 1) {
+        directMs.push(await timed(anvil.url));
+        const cpuBefore = cpuSeconds(gateway!.pid) ?? 0;
+        gatewayMs.push(await timed(gatewayUrl, headers));
+        cpu += (cpuSeconds(gateway!.pid) ?? 0) - cpuBefore;
+      }
+      return {
+        direct: directMs,
+        gateway: {
+          medianMs: median(gatewayMs),
+          upstreamCallsPerCall: ((await upstreamCallsSum(adminOrigin)) - callsBefore) / options.calls,
+          cpuUsPerChunk: (cpu / (options.calls * CHUNKS)) * 1e6,
+        },
+      };
+    }
+
+    const coldRun = await pairs({ 'cache-control': 'no-cache' });
+    const warmRun = await pairs({});
+    const direct = { medianMs: median([...coldRun.direct, ...warmRun.direct]) };
+    const [cold, warm] = [coldRun.gateway, warmRun.gateway];
+    return { calls: options.calls, logs: reference.result.length, direct, cold, warm };
+  } finally {
+    gateway?.kill('SIGTERM');
+    await anvil.stop();
+    rmSync(workDir, { recursive: true, force: true });
+  }
+}
+
+export function formatLogsSplit(result: LogsSplitResult): string {
+  const phase = (name: string, value: LogsSplitPhase) => {
+    const cpu = value.cpuUsPerChunk === undefined ? '' : `, gateway CPU ${value.cpuUsPerChunk.toFixed(0)} µs per chunk of the call`;
+    const calls = value.upstreamCallsPerCall === undefined ? '' : `, ${value.upstreamCallsPerCall.toFixed(1)} upstream calls per call`;
+    return `${name} ${value.medianMs.toFixed(1)} ms (${(value.medianMs / result.direct.medianMs).toFixed(2)}× anvil direct)${calls}${cpu}`;
+  };
+  return (
+    `${LOGS_SPLIT_SCENARIO}: a ${RANGE_BLOCKS}-block call, ${result.logs} logs, ${result.calls} sequential calls per phase; ` +
+    `anvil direct (one piece) ${result.direct.medianMs.toFixed(1)} ms; ${phase('cold', result.cold)}; ${phase('warm', result.warm)}`
+  );
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const { values } = parseArgs({ options: { calls: { type: 'string', default: '30' } } });
+  runLogsSplit({ calls: Number(values.calls) }).then(
+    (result) => console.log(formatLogsSplit(result)),
+    (error: unknown) => {
+      console.error(error);
+      process.exitCode = 1;
+    },
+  );
+}
