@@ -7,12 +7,12 @@
 // Standalone:  npm run build && node --expose-gc --import tsx bench/cache-scenarios.ts [--seconds 10]
 // From bench/run.ts: `npm run bench -- --only "response cache"` runs these alone.
 
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
-import { connect, createServer, type AddressInfo } from 'node:net';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
 import { cacheKey, canonicalParams } from '../src/cache/cache-key.js';
@@ -20,24 +20,12 @@ import { createMemoryTier } from '../src/cache/memory-tier.js';
 import { seedAnvil, startAnvil } from '../src/devnet/anvil.js';
 import { cpuSeconds } from './proc-stats.js';
 import { findWrk, prepareWrk, runWrk, type WrkRound } from './wrk.js';
+import { CLI, ROOT, freePort, runCli } from './local-processes.js';
 
 export const CACHE_SCENARIO = 'response cache: receipt, eth_call and shared-tier hits, memory per 100k entries';
 
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const CLI = join(ROOT, 'dist', 'cli.js');
 const CONNECTIONS = 50;
 const ENTRIES = 100_000;
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 async function rpc(url: string, method: string, params: unknown[]): Promise<{ result?: unknown; cache: string | null }> {
   const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }) });
@@ -123,9 +111,8 @@ export async function runCacheScenarios(options: { seconds: number }): Promise<C
     await waitFor('redis-server', () => new Promise((resolve) => connect(redisPort, '127.0.0.1').once('connect', function (this: ReturnType<typeof connect>) { this.destroy(); resolve(true); }).once('error', () => resolve(false))));
 
     const dbFile = join(workDir, 'tollgate.db');
-    const cli = (args: string[]) => execFileSync(process.execPath, [CLI, ...args], { cwd: ROOT, encoding: 'utf8' });
-    cli(['teams', 'create', 'bench', '--daily-credits', '1000000000000', '--db', dbFile]);
-    const secret = (JSON.parse(cli(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { secret: string }).secret;
+    runCli(['teams', 'create', 'bench', '--daily-credits', '1000000000000', '--db', dbFile]);
+    const secret = (JSON.parse(runCli(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { secret: string }).secret;
     const shared = { url: `redis://127.0.0.1:${redisPort}`, ttlSeconds: 3600, maxItemBytes: 1_048_576 };
 
     async function gateway(name: string, maxBytes: number): Promise<{ url: string; pid: number }> {

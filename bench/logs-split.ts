@@ -15,22 +15,20 @@
 // Standalone:  npm run build && node --import tsx bench/logs-split.ts [--calls 30]
 // From bench/run.ts: `npm run bench -- --only "eth_getLogs split"` runs this scenario alone.
 
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
 import { startAnvil } from '../src/devnet/anvil.js';
 import { buildEmittingChain } from '../test/helpers/log-emitter.js';
 import { cpuSeconds } from './proc-stats.js';
+import { CLI, ROOT, freePort, runCli } from './local-processes.js';
 
 export const LOGS_SPLIT_SCENARIO = 'eth_getLogs split into 20 chunks';
 
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const CLI = join(ROOT, 'dist', 'cli.js');
 const RANGE_BLOCKS = 2_000;
 const CHUNKS = 20;
 const ADMIN_TOKEN = 'bench-admin-token-0123456789';
@@ -50,21 +48,6 @@ export interface LogsSplitResult {
   direct: LogsSplitPhase;
   cold: LogsSplitPhase;
   warm: LogsSplitPhase;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-function runCli(args: string[]): string {
-  return execFileSync(process.execPath, [CLI, ...args], { cwd: ROOT, encoding: 'utf8' });
 }
 
 async function post(url: string, body: string): Promise<string> {

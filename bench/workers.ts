@@ -17,20 +17,18 @@
 
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type AddressInfo } from 'node:net';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
 import { seedAnvil, startAnvil } from '../src/devnet/anvil.js';
 import { cpuSeconds } from './proc-stats.js';
 import { findWrk, prepareWrk, runWrk } from './wrk.js';
+import { CLI, ROOT, freePort } from './local-processes.js';
 
 export const WORKERS_SCENARIO = 'workers: 1 vs 2 (serve --workers)';
 
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const CLI = join(ROOT, 'dist', 'cli.js');
 const CONNECTIONS = 50;
 
 export interface WorkersRow {
@@ -57,17 +55,6 @@ interface Group {
   origin: string;
   child: ChildProcess;
   pids: number[];
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 function median(values: readonly number[]): number {

@@ -14,18 +14,18 @@
 //              [--bursts 5 --non-readers 50 --max-buffered-bytes 1048576]
 // From bench/run.ts: `npm run bench -- --only "newHeads fan-out"` runs this scenario alone.
 
-import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
 import { startAnvil } from '../src/devnet/anvil.js';
 import { WebSocket } from '../src/websocket/ws-library.js';
 import { startWsProxy } from '../test/helpers/ws-proxy.js';
 import { cpuSeconds, rssBytes } from './proc-stats.js';
+import { CLI, ROOT, freePort, runCli } from './local-processes.js';
 
 export const WS_FANOUT_SCENARIO = 'newHeads fan-out over WebSocket';
 
@@ -61,23 +61,6 @@ export interface WsFanoutResult {
   /** Clients the gateway closed (1013 for not reading), readers and non-readers. */
   closedReaders: number;
   closedNonReaders: number;
-}
-
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const CLI = join(ROOT, 'dist', 'cli.js');
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-function runCli(args: string[]): string {
-  return execFileSync(process.execPath, [CLI, ...args], { cwd: ROOT, encoding: 'utf8' });
 }
 
 async function rpc(url: string, method: string, params: unknown[]): Promise<unknown> {
