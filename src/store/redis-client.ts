@@ -153,10 +153,17 @@ export async function createRedisConnection(options: RedisConnectionOptions): Pr
     },
   );
   cluster.on('error', () => undefined);
+  // Node connections are made lazily, and a command to a node still connecting would fail (no
+  // offline queue): every node, replicas included, is connected as soon as it is known, so a
+  // promoted replica is ready when its first command arrives.
+  cluster.on('+node', (node: Redis) => {
+    node.on('error', () => undefined);
+    if (node.status === 'wait') node.connect().catch(() => undefined);
+  });
   const seedList = options.cluster.map(redactRedisUrl).join(', ');
   try {
     await cluster.connect();
-    await cluster.ping();
+    await Promise.all(cluster.nodes('all').map((node) => node.ping()));
   } catch (error) {
     cluster.disconnect();
     throw new Error(`cannot reach Redis Cluster at ${seedList}: ${(error as Error).message}`, { cause: error });

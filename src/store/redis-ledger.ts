@@ -1,6 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
 import { decideLedger, type LedgerCounters, type LedgerDecision, type LedgerDeltas } from '../metering/ledger-rule.js';
-import { typedResults, type Ledger, type LedgerOp, type LedgerResult } from '../metering/ledger.js';
+import { PartialLedgerError, typedResults, type Ledger, type LedgerOp, type LedgerResult } from '../metering/ledger.js';
 import { usageHour } from '../metering/usage-hour.js';
 import { isLocalOwnerDead, LOCAL_OWNER_PREFIX, PROCESS_OWNER_TAG } from './owner.js';
 import type { RedisConnection } from './redis-client.js';
@@ -310,7 +310,10 @@ export function createRedisLedger(connection: RedisConnection, options: RedisLed
           }
         }),
       );
-      if (failures.length > 0) throw failures[0];
+      if (failures.length > 0) {
+        if (results.some((result) => result !== undefined)) throw new PartialLedgerError(results, failures[0]);
+        throw failures[0];
+      }
       if (again.length > 0) await connection.refreshSlots();
       pending = again.sort((a, b) => a - b);
     }
@@ -332,7 +335,14 @@ export function createRedisLedger(connection: RedisConnection, options: RedisLed
           offset += pending.ops.length;
         }
       } catch (error) {
-        for (const pending of group) pending.reject(error);
+        let offset = 0;
+        for (const pending of group) {
+          const mine = error instanceof PartialLedgerError ? error.results.slice(offset, offset + pending.ops.length) : [];
+          offset += pending.ops.length;
+          if (mine.length > 0 && mine.every((result) => result !== undefined)) pending.resolve(mine as LedgerResult[]);
+          else if (mine.some((result) => result !== undefined)) pending.reject(new PartialLedgerError(mine, (error as PartialLedgerError).cause));
+          else pending.reject(error instanceof PartialLedgerError ? error.cause : error);
+        }
       }
     }
     committing = false;

@@ -208,6 +208,8 @@ export interface ClusterNode {
   url: string;
   /** SIGKILL (a crash of this node), then waits for the process to exit. */
   kill(): Promise<void>;
+  /** Starts a killed node again on its port with its cluster config: it rejoins (a failed-over master as a replica). */
+  restart(): Promise<void>;
 }
 
 export interface RedisCluster {
@@ -220,6 +222,10 @@ export interface RedisCluster {
   masters(): Promise<Array<{ id: string; port: number }>>;
   /** `CLUSTER INFO` of a live node says `cluster_state:ok`. */
   healthy(): Promise<boolean>;
+  /** The port of the master serving `key`'s slot now (`CLUSTER KEYSLOT` and `CLUSTER NODES` of a live node). */
+  masterOf(key: string): Promise<number>;
+  /** Connected replicas per master port, from `CLUSTER NODES`. */
+  replicasPerMaster(): Promise<Map<number, number>>;
   stop(): Promise<void>;
 }
 
@@ -238,7 +244,8 @@ function command(port: number, ...args: string[]): Promise<string> {
       reply += chunk.toString('utf8');
       // A bulk string: `$<length>\r\n<payload>\r\n`.
       const match = /^\$(\d+)\r\n/.exec(reply);
-      if (reply.startsWith('-') || reply.startsWith('+') || (match !== null && Buffer.byteLength(reply) >= match[0].length + Number(match[1]) + 2)) {
+      const simple = /^[-+:]/.test(reply) && reply.includes('\r\n');
+      if (simple || (match !== null && Buffer.byteLength(reply) >= match[0].length + Number(match[1]) + 2)) {
         socket.destroy();
         if (reply.startsWith('-')) reject(new Error(reply.trim()));
         else resolve(match === null ? reply.slice(1).trim() : reply.slice(match[0].length, match[0].length + Number(match[1])));
@@ -257,6 +264,7 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
   const nodeTimeoutMs = options.nodeTimeoutMs ?? 1_000;
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-redis-cluster-'));
   const children = new Map<number, ChildProcess>();
+  const nodeArgs = (port: number) => ['--cluster-enabled', 'yes', '--cluster-config-file', join(dir, String(port), 'nodes.conf'), '--cluster-node-timeout', String(nodeTimeoutMs)];
   const stopAll = async () => {
     await Promise.all([...children.values()].map(async (child) => {
       child.kill('SIGKILL');
@@ -271,8 +279,7 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
         const nodeDir = join(dir, String(port));
         mkdirSync(nodeDir);
         try {
-          const clusterArgs = ['--cluster-enabled', 'yes', '--cluster-config-file', join(nodeDir, 'nodes.conf'), '--cluster-node-timeout', String(nodeTimeoutMs)];
-          children.set(port, await spawnRedis(port, nodeDir, false, clusterArgs));
+          children.set(port, await spawnRedis(port, nodeDir, false, nodeArgs(port)));
           break;
         } catch (error) {
           if (!(error instanceof AddressInUseError) || attempt >= 5) throw error;
@@ -299,18 +306,57 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
       child.kill('SIGKILL');
       await exited(child);
     },
+    async restart() {
+      for (let attempt = 0; ; attempt += 1) {
+        try {
+          children.set(port, await spawnRedis(port, join(dir, String(port)), false, nodeArgs(port)));
+          return;
+        } catch (error) {
+          if (!(error instanceof AddressInUseError) || attempt >= 40) throw error;
+          await new Promise((resolve) => setTimeout(resolve, 250));
+        }
+      }
+    },
   }));
+  /** `CLUSTER NODES` lines of a live node, split into fields. */
+  const clusterNodes = async () =>
+    (await command(alive()[0]!, 'CLUSTER', 'NODES'))
+      .split('\n')
+      .map((line) => line.split(' '))
+      .filter((fields) => fields.length >= 8);
+  const portOf = (address: string) => Number(address.split(':')[1]!.split('@')[0]);
   return {
     seeds: nodes.map((node) => node.url),
     nodes,
     nodeTimeoutMs,
     async masters() {
-      const text = await command(alive()[0]!, 'CLUSTER', 'NODES');
-      return text
-        .split('\n')
-        .map((line) => line.split(' '))
+      return (await clusterNodes())
         .filter((fields) => fields.length >= 9 && fields[2]!.split(',').includes('master') && !fields[2]!.includes('fail') && fields[7] === 'connected')
-        .map((fields) => ({ id: fields[0]!, port: Number(fields[1]!.split(':')[1]!.split('@')[0]) }));
+        .map((fields) => ({ id: fields[0]!, port: portOf(fields[1]!) }));
+    },
+    async masterOf(key) {
+      const slot = Number((await command(alive()[0]!, 'CLUSTER', 'KEYSLOT', key)));
+      for (const fields of await clusterNodes()) {
+        if (!fields[2]!.split(',').includes('master') || fields[2]!.includes('fail')) continue;
+        for (const range of fields.slice(8)) {
+          const [from, to = from] = range.split('-').map(Number);
+          if (slot >= from! && slot <= to!) return portOf(fields[1]!);
+        }
+      }
+      throw new Error(`no master serves slot ${slot} (of ${key})`);
+    },
+    async replicasPerMaster() {
+      const lines = await clusterNodes();
+      const counts = new Map<number, number>();
+      const portById = new Map(lines.map((fields) => [fields[0]!, portOf(fields[1]!)]));
+      for (const fields of lines) if (fields[2]!.split(',').includes('master') && !fields[2]!.includes('fail')) counts.set(portOf(fields[1]!), 0);
+      for (const fields of lines) {
+        const master = portById.get(fields[3]!);
+        if (fields[2]!.split(',').includes('slave') && !fields[2]!.includes('fail') && fields[7] === 'connected' && master !== undefined && counts.has(master)) {
+          counts.set(master, counts.get(master)! + 1);
+        }
+      }
+      return counts;
     },
     async healthy() {
       return /cluster_state:ok/.test(await command(alive()[0]!, 'CLUSTER', 'INFO').catch(() => ''));
