@@ -40,6 +40,7 @@ import { redisCost, redisSnapshot, type RedisCost } from './redis-cost.js';
 import { cpuSeconds, rssBytes } from './proc-stats.js';
 import { findWrk, prepareWrk, runWrk } from './wrk.js';
 import { formatWsFanout, runWsFanout, WS_FANOUT_SCENARIO } from './ws-fanout.js';
+import { formatRedisClusterCost, REDIS_CLUSTER_SCENARIO, runRedisClusterCost } from './redis-cluster-cost.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI = join(ROOT, 'dist', 'cli.js');
@@ -945,6 +946,11 @@ async function main(): Promise<void> {
   // The WebSocket fan-out (bench/ws-fanout.ts) starts its own anvil and gateway: asked for alone, nothing else starts.
   const wsFanout = () => runWsFanout({ subscribers: 1000, blocks: flags.quick ? 20 : 100 }).then(formatWsFanout);
   if (flags.only !== undefined && WS_FANOUT_SCENARIO.includes(flags.only)) return void console.log(await wsFanout());
+  // Redis Cluster against one Redis (bench/redis-cluster-cost.ts) starts its own Redis and gateways, asked for alone.
+  if (flags.only !== undefined && REDIS_CLUSTER_SCENARIO.includes(flags.only)) {
+    const clusterOptions = { seconds: DURATION_S, connections: CONNECTIONS };
+    return void console.log(formatRedisClusterCost(await runRedisClusterCost(clusterOptions), clusterOptions));
+  }
   // Per run 12 scenario pairs (2 warm-ups + 2 × PAIRS rounds, each with a moment to start the load
   // generator) and one gateway-only row; plus start-up, warm-up and the Redis cost rounds.
   const perRunS = 12 * (2 * WARMUP_S + 2 * PAIRS * (ROUND_S + 0.5)) + WARMUP_S + DURATION_S;

@@ -89,6 +89,22 @@ async function scanNode(node: Redis, pattern: string): Promise<string[]> {
   return found;
 }
 
+/** The masters serving slots now; throws when a slot has none or its master is not connected. */
+function mastersServingSlots(cluster: Cluster): Redis[] {
+  const keys = new Set<string>();
+  for (let slot = 0; slot < 16384; slot += 1) {
+    const owner = cluster.slots[slot]?.[0];
+    if (owner === undefined) throw new Error(`Redis Cluster slot ${slot} has no master`);
+    keys.add(owner);
+  }
+  const nodes = new Map(cluster.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node]));
+  return [...keys].map((key) => {
+    const node = nodes.get(key);
+    if (node === undefined) throw new Error(`Redis Cluster master ${key} is not connected`);
+    return node;
+  });
+}
+
 export async function createRedisConnection(options: RedisConnectionOptions): Promise<RedisConnection> {
   const timeout = options.commandTimeoutMs;
   if (options.cluster === undefined || options.cluster.length === 0) {
@@ -163,26 +179,13 @@ export async function createRedisConnection(options: RedisConnectionOptions): Pr
   const seedList = options.cluster.map(redactRedisUrl).join(', ');
   try {
     await cluster.connect();
-    await Promise.all(cluster.nodes('all').map((node) => node.ping()));
+    // Every master serving slots answers (a dead seed node is no reason not to start).
+    await Promise.all(mastersServingSlots(cluster).map((node) => node.ping()));
   } catch (error) {
     cluster.disconnect();
     throw new Error(`cannot reach Redis Cluster at ${seedList}: ${(error as Error).message}`, { cause: error });
   }
-  /** The masters serving slots now, by `host:port`; throws when a slot has none. */
-  const masters = (): Redis[] => {
-    const keys = new Set<string>();
-    for (let slot = 0; slot < 16384; slot += 1) {
-      const owner = cluster.slots[slot]?.[0];
-      if (owner === undefined) throw new Error(`Redis Cluster slot ${slot} has no master`);
-      keys.add(owner);
-    }
-    const nodes = new Map(cluster.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node]));
-    return [...keys].map((key) => {
-      const node = nodes.get(key);
-      if (node === undefined) throw new Error(`Redis Cluster master ${key} is not connected`);
-      return node;
-    });
-  };
+  const masters = () => mastersServingSlots(cluster);
   return {
     client: cluster,
     clustered: true,

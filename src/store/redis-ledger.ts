@@ -227,6 +227,7 @@ export function createRedisLedger(connection: RedisConnection, options: RedisLed
         // A settle or refund ends its reservation, or finds it gone: either way it is not needed again.
         for (const op of ops) if (op.type === 'settle' || op.type === 'refund') reservationTeams.delete(op.reservationId);
         for (const row of decision.deltas.reserved) reservationTeams.set(row.id, row.teamId);
+        ops.forEach((op, index) => op.type === 'reserve' && !decision.results[index]!.ok && reservationTeams.delete(op.reservationId));
         return decision.results;
       }
       // Another replica committed since these values were seen: the reply holds the current ones.
@@ -256,34 +257,52 @@ export function createRedisLedger(connection: RedisConnection, options: RedisLed
   }
 
   /** Finds the teams of reservations this store does not know (made by another process), in every team's index. */
-  async function locate(ids: readonly string[]): Promise<void> {
-    const teams = await options.teamIds();
+  /** Returns the first error met (a team's index unreachable): an id not found then may live there. */
+  async function locate(ids: readonly string[]): Promise<unknown> {
+    let unreachable: unknown;
+    const teams = await options.teamIds().catch((error: unknown) => {
+      unreachable = error;
+      return [];
+    });
     await Promise.all(
       teams.map(async (teamId) => {
-        const scores = await redis.zmscore(keys.reservations(teamId), ...ids);
-        scores.forEach((score, index) => score !== null && reservationTeams.set(ids[index]!, teamId));
+        try {
+          const scores = await redis.zmscore(keys.reservations(teamId), ...ids);
+          scores.forEach((score, index) => score !== null && reservationTeams.set(ids[index]!, teamId));
+        } catch (error) {
+          unreachable ??= error;
+        }
       }),
     );
+    return unreachable;
   }
 
-  /** Splits a batch by master (one group with one Redis), operations kept in order within each. */
-  async function split(ops: readonly LedgerOp[]): Promise<Map<string, Group>> {
-    const groups = new Map<string, Group>();
+  /**
+   * Splits a batch by master (one group with one Redis), operations kept in order within each.
+   * A settle or refund of a reservation not found while some team's index was unreachable goes
+   * to a group that fails with that error (only it: the others still commit).
+   */
+  async function split(ops: readonly LedgerOp[]): Promise<Map<string, Group & { error?: unknown }>> {
+    const groups = new Map<string, Group & { error?: unknown }>();
     if (!connection.clustered) {
       groups.set('redis', { ops: [...ops], at: ops.map((_, index) => index) });
       return groups;
     }
     const unknown: string[] = [];
-    const seenInBatch = new Map<string, string>();
-    for (const op of ops) if ((op.type === 'settle' || op.type === 'refund') && teamOf(op, seenInBatch) === undefined) unknown.push(op.reservationId);
-    if (unknown.length > 0) await locate(unknown);
+    for (const op of ops) {
+      // A reservation's team is known from its reserve on, whatever became of the commit: a
+      // refund retried after a failed reserve goes to the team's master.
+      if (op.type === 'reserve') reservationTeams.set(op.reservationId, op.subject.teamId);
+      else if ((op.type === 'settle' || op.type === 'refund') && !reservationTeams.has(op.reservationId)) unknown.push(op.reservationId);
+    }
+    const unreachable = unknown.length > 0 ? await locate(unknown) : undefined;
     const batchReservations = new Map<string, string>();
     ops.forEach((op, index) => {
       const team = teamOf(op, batchReservations);
       // A reservation found nowhere: any node answers `reservation_gone` for it.
-      const node = team === undefined ? '' : connection.nodeOf(keys.teamDay(team, ''));
+      const node = team !== undefined ? connection.nodeOf(keys.teamDay(team, '')) : unreachable === undefined ? '' : 'unreachable';
       let group = groups.get(node);
-      if (group === undefined) groups.set(node, (group = { ops: [], at: [] }));
+      if (group === undefined) groups.set(node, (group = { ops: [], at: [], error: node === 'unreachable' ? unreachable : undefined }));
       group.ops.push(op);
       group.at.push(index);
     });
@@ -293,7 +312,8 @@ export function createRedisLedger(connection: RedisConnection, options: RedisLed
   async function commit(ops: readonly LedgerOp[]): Promise<LedgerResult[]> {
     if (known.size > MAX_KNOWN) known.clear();
     if (reservationTeams.size > MAX_KNOWN) reservationTeams.clear();
-    const results: LedgerResult[] = new Array(ops.length);
+    // Filled, not sparse: a hole would be skipped by every() and some().
+    const results: Array<LedgerResult | undefined> = ops.map(() => undefined);
     let pending = ops.map((_, index) => index);
     for (let round = 1; pending.length > 0; round += 1) {
       const groups = await split(pending.map((index) => ops[index]!));
@@ -302,6 +322,7 @@ export function createRedisLedger(connection: RedisConnection, options: RedisLed
       await Promise.all(
         [...groups.values()].map(async (group) => {
           try {
+            if (group.error !== undefined) throw group.error;
             const groupResults = await commitGroup(group.ops);
             group.at.forEach((at, index) => (results[pending[at]!] = groupResults[index]!));
           } catch (error) {
@@ -317,7 +338,7 @@ export function createRedisLedger(connection: RedisConnection, options: RedisLed
       if (again.length > 0) await connection.refreshSlots();
       pending = again.sort((a, b) => a - b);
     }
-    return results;
+    return results as LedgerResult[];
   }
 
   let queue: Pending[] = [];
