@@ -181,7 +181,7 @@ const redisStoreSchema = z
     /** Connect and command timeout: how long a request may wait on an unreachable Redis. */
     commandTimeoutMs: positiveInt.default(1_000),
     /**
-     * Replica acknowledgements every ledger commit waits for (Redis `WAIT`, at most
+     * Replica acknowledgements every ledger commit waits for (Redis `WAIT`, at most 80% of
      * `commandTimeoutMs`): a commit a failover could lose is not answered. Unset or 0: none;
      * docs/scaling.md measures what a failover loses and what waiting costs.
      */

@@ -88,6 +88,7 @@ export function createRedisLedger(connection: RedisConnection, options: RedisLed
   redis.defineCommand('tgStaleReservations', { lua: shebang + STALE_RESERVATIONS_SCRIPT });
   const { keys } = options;
   const owner = PROCESS_OWNER_TAG;
+  const waitTimeoutMs = Math.max(1, Math.floor(options.commandTimeoutMs * 0.8));
   /** What this store last saw of each value it read or wrote. */
   const known = new Map<string, Seen>();
   /** The team of each reservation this store made (or found) and has not seen end. */
@@ -246,12 +247,13 @@ export function createRedisLedger(connection: RedisConnection, options: RedisLed
     if (options.waitReplicas === 0) return redis.tgApply(keyCount, ...keysAndArgs);
     const pipeline = redis.pipeline() as ReturnType<typeof redis.pipeline> & { tgApply(n: number, ...rest: Array<string | number>): unknown };
     pipeline.tgApply(keyCount, ...keysAndArgs);
-    pipeline.wait(options.waitReplicas, options.commandTimeoutMs);
+    // WAIT gives up a little before the client would, so a slow acknowledgement is reported as such.
+    pipeline.wait(options.waitReplicas, waitTimeoutMs);
     const [[applyError, reply], [waitError, acknowledged]] = (await pipeline.exec()) as [[Error | null, Array<string | number>], [Error | null, number]];
     if (applyError !== null) throw applyError;
     if (waitError !== null) throw waitError;
     if (reply[0] === 1 && acknowledged < options.waitReplicas) {
-      throw new Error(`a ledger commit reached ${acknowledged} of ${options.waitReplicas} replicas within ${options.commandTimeoutMs} ms`);
+      throw new Error(`a ledger commit reached ${acknowledged} of ${options.waitReplicas} replicas within ${waitTimeoutMs} ms`);
     }
     return reply;
   }

@@ -210,6 +210,8 @@ export interface ClusterNode {
   kill(): Promise<void>;
   /** Starts a killed node again on its port with its cluster config: it rejoins (a failed-over master as a replica). */
   restart(): Promise<void>;
+  /** False once killed, until restarted. */
+  running(): boolean;
 }
 
 export interface RedisCluster {
@@ -306,6 +308,7 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
       child.kill('SIGKILL');
       await exited(child);
     },
+    running: () => alive().includes(port),
     async restart() {
       for (let attempt = 0; ; attempt += 1) {
         try {
