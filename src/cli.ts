@@ -19,6 +19,9 @@ import { usageCsv } from './portal/usage-csv.js';
  * `auth.keyCacheTtlMs`.
  */
 
+/** How long a failed command may take to end by itself before what it left open is named and it is ended. */
+const LEFTOVER_HANDLES_GRACE_MS = 5_000;
+
 const USAGE = `Usage:
   tollgate serve [--config FILE]
   tollgate devnet [--json] [--port N] [--data-dir DIR]
@@ -359,5 +362,11 @@ main(process.argv.slice(2)).catch((error: unknown) => {
     process.exit(2);
   }
   process.stderr.write(`tollgate: ${(error as Error).stack ?? String(error)}\n`);
-  process.exit(1);
+  // A failed start has closed what it opened, so the process ends by itself once the error is
+  // written. Should something still be open, it is named and the process ends anyway.
+  process.exitCode = 1;
+  setTimeout(() => {
+    process.stderr.write(`tollgate: still open after the failure: ${process.getActiveResourcesInfo().join(', ')}\n`);
+    process.exit(1);
+  }, LEFTOVER_HANDLES_GRACE_MS).unref();
 });

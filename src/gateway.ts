@@ -1,38 +1,45 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { GatewayConfig } from './config/schema.js';
 import { createAdminHandler, adminApiRoutes } from './admin/admin-server.js';
-import { createAdminService } from './admin/admin-service.js';
-import { createAuthenticator } from './auth/authenticator.js';
+import { createAdminService, type AdminService } from './admin/admin-service.js';
+import { createAuthenticator, type Authenticator } from './auth/authenticator.js';
 import { compileKeyPolicy, createJwtCache } from './auth/key-policy.js';
-import { createBlockCache, createDisabledBlockCache } from './cache/block-cache.js';
+import { createBlockCache, createDisabledBlockCache, type BlockCache } from './cache/block-cache.js';
 import { collectConfigSecrets } from './config/secrets.js';
+import { createDisposerStack, type DisposerStack } from './lifecycle/disposer-stack.js';
 import { createLogger, logScrubber, type Logger } from './logging/logger.js';
-import { createMeter } from './metering/meter.js';
+import { createMeter, type Meter } from './metering/meter.js';
+import { startReservationSweep } from './metering/reservation-sweep.js';
 import { createRequestRecorder } from './metrics/record.js';
 import { createFilterIds } from './routing/filter-ids.js';
-import { createMetrics } from './metrics/metrics.js';
+import { rankSubscriptionUpstreams } from './routing/subscription-upstreams.js';
+import { createMetrics, type GatewayMetrics } from './metrics/metrics.js';
 import { createScrape } from './metrics/scrape.js';
 import { createThrottle } from './logging/throttle.js';
 import { operationalRoutes } from './admin/operational-routes.js';
-import { createConfigReloader } from './server/config-reload.js';
-import { createNetworkSetHolder } from './server/network-sets.js';
+import { createConfigReloader, type ConfigReloader } from './server/config-reload.js';
+import { createNetworkSetHolder, type NetworkSetHolder } from './server/network-sets.js';
 import { createCallExecutor } from './server/call-executor.js';
 import { createCallDispatcher } from './server/call-dispatch.js';
+import { closeServer, listen, originOf } from './server/listener.js';
 import { buildNetworkSet, type NetworkSet } from './server/network-runtime.js';
 import { createRpcHandler, rpcServerOptions } from './server/rpc-handler.js';
 import { openStore, type Store } from './store/index.js';
-import { createSubscriptionHub } from './websocket/subscription-hub.js';
+import { createSubscriptionHub, type SubscriptionHub } from './websocket/subscription-hub.js';
 import { connectUpstreamSocket } from './websocket/upstream-socket.js';
-import { servesSubscriptions } from './websocket/subscribe-params.js';
-import { createWebSocketEndpoint } from './websocket/ws-endpoint.js';
-import { createSelfService } from './portal/self-service.js';
+import { createWebSocketEndpoint, type WebSocketEndpoint } from './websocket/ws-endpoint.js';
+import { createSelfService, type SelfService } from './portal/self-service.js';
 import type { WebhookSenderOptions } from './alerts/webhook-sender.js';
 
 /**
  * The composition root: builds the parts from the config, wires them, starts the RPC and admin
  * listeners, and owns the lifecycle (reload, drain, close). Nothing else lives here.
+ *
+ * Start-up is a row of small builders. Each one that opens something (the store, a timer, pools,
+ * a listener) registers its undo on one disposer stack as soon as it has succeeded; if a later
+ * step fails, the stack closes what is already open, last first, and the error goes to the
+ * caller. Shutdown runs the same stack.
  */
 
 export interface GatewayOptions {
@@ -67,8 +74,6 @@ export interface RunningGateway {
   close(): Promise<void>;
 }
 
-/** How often reservations older than `credits.staleReservationMs` (or of dead processes) are looked for. */
-const RESERVATION_SWEEP_INTERVAL_MS = 15_000;
 const STORE_ERROR_LOG_INTERVAL_MS = 5_000;
 /** How often the SQLite store's WAL is checkpointed off the event loop (sqlite-checkpointer.ts). */
 const WAL_CHECKPOINT_INTERVAL_MS = 250;
@@ -77,79 +82,45 @@ const UPSTREAM_WS_MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
 /** Name of the filter ids' HMAC key in the store, when `filters.idSecret` is not configured. */
 const FILTER_ID_SECRET = 'filter-ids';
 
-function listen(server: Server, port: number, host: string): Promise<AddressInfo> {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, host, () => {
-      server.off('error', reject);
-      resolve(server.address() as AddressInfo);
-    });
-  });
+/** What every builder gets: the config, the clock, the logger, the metrics and the disposer stack. */
+interface StartContext {
+  config: GatewayConfig;
+  options: GatewayOptions;
+  now: () => number;
+  logger: Logger;
+  metrics: GatewayMetrics;
+  disposers: DisposerStack;
+  /** Set once draining starts: every response tells its keep-alive client to close. */
+  draining: { value: boolean };
 }
 
-function originOf(address: AddressInfo): string {
-  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-  const reachable = host === '0.0.0.0' ? '127.0.0.1' : host === '[::]' ? '[::1]' : host;
-  return `http://${reachable}:${address.port}`;
-}
-
-function closeServer(server: Server): Promise<void> {
-  return new Promise((resolve) => {
-    if (!server.listening) return resolve();
-    server.close(() => resolve());
-    server.closeIdleConnections();
-  });
-}
-
-export async function startGateway(config: GatewayConfig, options: GatewayOptions = {}): Promise<RunningGateway> {
-  const now = options.now ?? Date.now;
-  const configSecrets = [...collectConfigSecrets(config), ...(config.admin.token ? [config.admin.token] : [])];
-  const logger = options.logger ?? createLogger({ secrets: configSecrets });
-  // Known secrets are scrubbed from error text and refused as request ids, whoever made the logger.
-  logScrubber(logger).add(configSecrets);
-  const ownsStore = options.store === undefined;
-  const store =
-    options.store ??
-    (await openStore(config.store, {
-      now,
+/** The configured store (or the caller's, which the caller closes), with stale reservations refunded and swept. */
+async function openGatewayStore(ctx: StartContext): Promise<Store> {
+  const { config, logger, disposers } = ctx;
+  let store = ctx.options.store;
+  if (store === undefined) {
+    const opened = await openStore(config.store, {
+      now: ctx.now,
       backgroundCheckpoints: {
         intervalMs: WAL_CHECKPOINT_INTERVAL_MS,
         onError: (error) => logger.error({ err: error }, 'the SQLite checkpoint thread failed; checkpoints run in the commits again'),
       },
-    }));
-  const metrics = createMetrics();
-  const recordRequest = createRequestRecorder(metrics);
+    });
+    disposers.defer('store', () => opened.close());
+    store = opened;
+  }
+  disposers.defer('reservation sweep', await startReservationSweep(store, config.credits.staleReservationMs, logger));
+  return store;
+}
 
-  // Credits held by requests of a process that died (kill -9) go back before serving.
-  const recovered = await store.recoverReservations(config.credits.staleReservationMs);
-  if (recovered > 0) logger.warn({ reservations: recovered }, 'refunded reservations of requests that never finished');
-  const sweep = setInterval(() => {
-    store.recoverReservations(config.credits.staleReservationMs).then(
-      (count) => count > 0 && logger.warn({ reservations: count }, 'refunded stale reservations'),
-      (error: unknown) => logger.error({ err: error }, 'reservation sweep failed'),
-    );
-  }, RESERVATION_SWEEP_INTERVAL_MS);
-  sweep.unref();
-
-  const jwtCache = createJwtCache(config.auth.jwtCacheMaxEntries);
-  const authenticator = createAuthenticator(store, {
-    ttlMs: config.auth.keyCacheTtlMs,
-    maxEntries: config.auth.keyCacheMaxEntries,
-    now,
-    compilePolicy: (found) => compileKeyPolicy(found.key.settings, found.keySecretHash, { jwtCache, now }),
-  });
-  const selfService = createSelfService(config, store, { now, logger, metrics, webhookSleep: options.webhookSleep, defaultRotationGraceMs: config.auth.rotationGraceMs });
-  const meter = createMeter(selfService.watchLedger(store), { now });
-  const cache =
-    config.cache.maxBytes > 0
-      ? createBlockCache({ maxBytes: config.cache.maxBytes, onEvict: () => metrics.cacheEvictions.inc() })
-      : createDisabledBlockCache();
-
+/** The networks (upstream pools, health probes) behind a holder that reloads swap. */
+async function buildNetworks(ctx: StartContext, store: Store): Promise<{ networkSets: NetworkSetHolder; reloader: ConfigReloader }> {
+  const { config, metrics } = ctx;
   // Filter ids are checked with one secret on every replica (docs/routing.md#filters).
   const filterIds = createFilterIds(config.filters.idSecret ?? (await store.sharedSecret(FILTER_ID_SECRET, randomBytes(32).toString('hex'))));
-  const buildNetworks = (source: GatewayConfig): NetworkSet =>
+  const build = (source: GatewayConfig): NetworkSet =>
     buildNetworkSet(source, {
-      now,
+      now: ctx.now,
       filterIds,
       observe: {
         attempt(network, upstream, outcome) {
@@ -162,31 +133,115 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
         nullConfirmation: (network, result) => metrics.nullConfirmations.add(1, network, result),
       },
     });
-  const networkSets = createNetworkSetHolder(buildNetworks(config));
+  const networkSets = createNetworkSetHolder(build(config));
+  ctx.disposers.defer('networks', () => networkSets.closeAll());
   const reloader = createConfigReloader({
     initial: config,
-    loadConfig: options.loadConfig,
-    buildNetworks,
+    loadConfig: ctx.options.loadConfig,
+    buildNetworks: build,
     networkSets,
-    logger,
+    logger: ctx.logger,
     onReload: (result) => metrics.configReloads.inc({ result }),
   });
-  const shouldLogStoreError = createThrottle(STORE_ERROR_LOG_INTERVAL_MS, now);
-  let draining = false;
+  return { networkSets, reloader };
+}
 
+interface Accounting {
+  authenticator: Authenticator;
+  selfService: SelfService;
+  meter: Meter;
+  cache: BlockCache;
+}
+
+/** Who may call (keys, JWTs), what it costs (the meter, quota alerts) and the block cache. */
+function buildAccounting(ctx: StartContext, store: Store): Accounting {
+  const { config, now, metrics } = ctx;
+  const jwtCache = createJwtCache(config.auth.jwtCacheMaxEntries);
+  const authenticator = createAuthenticator(store, {
+    ttlMs: config.auth.keyCacheTtlMs,
+    maxEntries: config.auth.keyCacheMaxEntries,
+    now,
+    compilePolicy: (found) => compileKeyPolicy(found.key.settings, found.keySecretHash, { jwtCache, now }),
+  });
+  const selfService = createSelfService(config, store, {
+    now,
+    logger: ctx.logger,
+    metrics,
+    webhookSleep: ctx.options.webhookSleep,
+    defaultRotationGraceMs: config.auth.rotationGraceMs,
+  });
+  const meter = createMeter(selfService.watchLedger(store), { now });
+  // Charges still buffered are written before the networks and the store close.
+  ctx.disposers.defer('meter', async () => {
+    await meter.flush();
+    meter.close();
+  });
+  // Key event checks and the portal listener (started once the admin listener is up); closing also ends webhook deliveries.
+  ctx.disposers.defer('self-service', () => selfService.close());
+  const cache =
+    config.cache.maxBytes > 0
+      ? createBlockCache({ maxBytes: config.cache.maxBytes, onEvict: () => metrics.cacheEvictions.inc() })
+      : createDisabledBlockCache();
+  return { authenticator, selfService, meter, cache };
+}
+
+/** The upstream WebSocket feeds that carry subscriptions, tried in routing order. */
+function buildSubscriptionHub(ctx: StartContext, networkSets: NetworkSetHolder): SubscriptionHub {
+  const { metrics } = ctx;
+  return createSubscriptionHub({
+    network(networkId) {
+      const runtime = networkSets.current().byId.get(networkId);
+      if (runtime === undefined) return undefined;
+      return {
+        candidates: () => rankSubscriptionUpstreams(runtime.forwarder),
+        stallTimeoutMs: runtime.config.subscriptions.stallTimeoutMs,
+        reconnectDelayMs: runtime.config.subscriptions.reconnectDelayMs,
+        requestTimeoutMs: runtime.config.requestTimeoutMs,
+      };
+    },
+    connect(networkId, candidate, onClose) {
+      const upstream = networkSets.current().byId.get(networkId)?.forwarder.upstreams.find((entry) => entry.id === candidate.id);
+      return connectUpstreamSocket({
+        upstreamId: candidate.id,
+        url: candidate.wsUrl,
+        headers: upstream?.config.headers ?? {},
+        connectTimeoutMs: upstream?.timeoutMs ?? 5_000,
+        maxMessageBytes: UPSTREAM_WS_MAX_MESSAGE_BYTES,
+        onClose,
+      });
+    },
+    logger: ctx.logger,
+    now: ctx.now,
+    observe: {
+      upstreamSubscriptions: (network, kind, delta) => metrics.wsUpstreamSubscriptions.inc({ network, type: kind }, delta),
+      failover: (network, upstream, reason) => metrics.wsUpstreamFailovers.inc({ network, upstream, reason: reason.slice(0, 40) }),
+    },
+  });
+}
+
+/** The RPC listener (not yet listening): HTTP JSON-RPC and the WebSocket endpoint on one server. */
+function buildRpcServer(ctx: StartContext, accounting: Accounting, networkSets: NetworkSetHolder): { rpcServer: Server; webSocket: WebSocketEndpoint } {
+  const { config, now, logger, metrics } = ctx;
+  const { authenticator, meter, cache } = accounting;
+  const recordRequest = createRequestRecorder(metrics);
+  const shouldLogStoreError = createThrottle(STORE_ERROR_LOG_INTERVAL_MS, now);
   // The request path both transports share (HTTP and WebSocket): validate, price, route, charge.
   const executor = createCallExecutor({
-      meter,
-      cache,
-      now,
-      failOpen: config.store.driver === 'redis' && config.store.failOpen,
-      onStoreError: (error) => {
-        metrics.storeErrors.inc();
-        if (shouldLogStoreError()) logger.error({ err: error }, 'the store is unreachable; answering per the store failure policy');
-      },
-      onCacheLookup: (network, hit) => metrics.cacheLookups.add(1, network, hit ? 'hit' : 'miss'),
+    meter,
+    cache,
+    now,
+    failOpen: config.store.driver === 'redis' && config.store.failOpen,
+    onStoreError: (error) => {
+      metrics.storeErrors.inc();
+      if (shouldLogStoreError()) logger.error({ err: error }, 'the store is unreachable; answering per the store failure policy');
+    },
+    onCacheLookup: (network, hit) => metrics.cacheLookups.add(1, network, hit ? 'hit' : 'miss'),
   });
   const calls = createCallDispatcher({ executor, logger });
+  const onFinished = (ctx: Parameters<typeof recordRequest>[0], set: NetworkSet): void => {
+    networkSets.release(set);
+    recordRequest(ctx);
+  };
   const rpcHandler = createRpcHandler({
     server: config.server,
     authenticator,
@@ -197,11 +252,8 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     acquireNetworks: networkSets.acquire,
     // While draining, every response tells its keep-alive client to close, so the drain ends
     // with the last response rather than a keep-alive timeout.
-    draining: () => draining,
-    onFinished: (ctx, set) => {
-      networkSets.release(set);
-      recordRequest(ctx);
-    },
+    draining: () => ctx.draining.value,
+    onFinished,
   });
   // Node's header and request timeouts, checked every second (docs/security.md), and a JSON-RPC
   // answer for bytes its HTTP parser refuses.
@@ -213,53 +265,14 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     server: config.server,
     acquireNetworks: networkSets.acquire,
     currentNetworks: networkSets.current,
-    onFinished: (ctx, set) => {
-      networkSets.release(set);
-      recordRequest(ctx);
-    },
+    onFinished,
     authenticator,
     calls,
     executor,
     meter,
     now,
     logger,
-    hub: createSubscriptionHub({
-      network(networkId) {
-        const runtime = networkSets.current().byId.get(networkId);
-        if (runtime === undefined) return undefined;
-        return {
-          candidates() {
-            const ordered = runtime.forwarder.selector.order().map((upstream) => upstream.id);
-            const withWs = runtime.forwarder.upstreams.filter((upstream) => servesSubscriptions(upstream.config));
-            // Healthy upstreams in routing order first, then those whose circuit is open.
-            const rank = (id: string) => (ordered.includes(id) ? ordered.indexOf(id) : ordered.length);
-            return withWs
-              .sort((a, b) => rank(a.id) - rank(b.id))
-              .map((upstream) => ({ id: upstream.id, wsUrl: upstream.config.wsUrl!, probedHead: () => upstream.health.head }));
-          },
-          stallTimeoutMs: runtime.config.subscriptions.stallTimeoutMs,
-          reconnectDelayMs: runtime.config.subscriptions.reconnectDelayMs,
-          requestTimeoutMs: runtime.config.requestTimeoutMs,
-        };
-      },
-      connect(networkId, candidate, onClose) {
-        const upstream = networkSets.current().byId.get(networkId)?.forwarder.upstreams.find((entry) => entry.id === candidate.id);
-        return connectUpstreamSocket({
-          upstreamId: candidate.id,
-          url: candidate.wsUrl,
-          headers: upstream?.config.headers ?? {},
-          connectTimeoutMs: upstream?.timeoutMs ?? 5_000,
-          maxMessageBytes: UPSTREAM_WS_MAX_MESSAGE_BYTES,
-          onClose,
-        });
-      },
-      logger,
-      now,
-      observe: {
-        upstreamSubscriptions: (network, kind, delta) => metrics.wsUpstreamSubscriptions.inc({ network, type: kind }, delta),
-        failover: (network, upstream, reason) => metrics.wsUpstreamFailovers.inc({ network, upstream, reason: reason.slice(0, 40) }),
-      },
-    }),
+    hub: buildSubscriptionHub(ctx, networkSets),
     observe: {
       connections: (network, delta) => metrics.wsConnections.inc({ network }, delta),
       subscriptions: (network, kind, delta) => metrics.wsSubscriptions.inc({ network, type: kind }, delta),
@@ -271,60 +284,104 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     },
   });
   webSocket.attach(rpcServer);
+  return { rpcServer, webSocket };
+}
 
+/** The admin listener (not yet listening): operational routes, the admin API, self-service routes. */
+function buildAdminServer(
+  ctx: StartContext,
+  parts: { store: Store; accounting: Accounting; networkSets: NetworkSetHolder; reloader: ConfigReloader },
+): { admin: AdminService; adminServer: Server } {
+  const { config } = ctx;
+  const { store, accounting, networkSets } = parts;
   const operational = operationalRoutes({
     store,
     networks: networkSets.current,
-    draining: () => draining,
-    scrape: createScrape(metrics, { cache, inFlight: networkSets.inFlight, networks: networkSets.current }),
-    reload: reloader.reload,
+    draining: () => ctx.draining.value,
+    scrape: createScrape(ctx.metrics, { cache: accounting.cache, inFlight: networkSets.inFlight, networks: networkSets.current }),
+    reload: parts.reloader.reload,
   });
-  const admin = createAdminService(store, { now, onChange: () => authenticator.clear(), onKeyRevoked: selfService.onKeyRevoked });
-  const adminServer = createServer(
-    createAdminHandler([...operational, ...adminApiRoutes(admin, { defaultRotationGraceMs: config.auth.rotationGraceMs }), ...selfService.adminRoutes(admin)], {
-      token: config.admin.token,
-      logger,
-    }),
-  );
+  const admin = createAdminService(store, {
+    now: ctx.now,
+    onChange: () => accounting.authenticator.clear(),
+    onKeyRevoked: accounting.selfService.onKeyRevoked,
+  });
+  const routes = [
+    ...operational,
+    ...adminApiRoutes(admin, { defaultRotationGraceMs: config.auth.rotationGraceMs }),
+    ...accounting.selfService.adminRoutes(admin),
+  ];
+  const adminServer = createServer(createAdminHandler(routes, { token: config.admin.token, logger: ctx.logger }));
+  return { admin, adminServer };
+}
 
-  const rpcAddress = await listen(rpcServer, config.server.port, config.server.host);
-  const adminAddress = await listen(adminServer, config.admin.port, config.admin.host);
-  const rpcOrigin = originOf(rpcAddress);
-  const adminOrigin = originOf(adminAddress);
-  const portalOrigin = await selfService.start(admin);
-  logger.info({ rpc: rpcOrigin, admin: adminOrigin, portal: portalOrigin, networks: [...networkSets.current().byId.keys()] }, 'gateway listening');
+export async function startGateway(config: GatewayConfig, options: GatewayOptions = {}): Promise<RunningGateway> {
+  const configSecrets = [...collectConfigSecrets(config), ...(config.admin.token ? [config.admin.token] : [])];
+  const logger = options.logger ?? createLogger({ secrets: configSecrets });
+  // Known secrets are scrubbed from error text and refused as request ids, whoever made the logger.
+  logScrubber(logger).add(configSecrets);
+  const disposers = createDisposerStack((name, error) => logger.error({ err: error, part: name }, 'closing a part of the gateway failed'));
+  const ctx: StartContext = { config, options, now: options.now ?? Date.now, logger, metrics: createMetrics(), disposers, draining: { value: false } };
 
-  let closing: Promise<void> | undefined;
-  function close(): Promise<void> {
-    closing ??= (async () => {
-      clearInterval(sweep);
+  try {
+    const store = await openGatewayStore(ctx);
+    const { networkSets, reloader } = await buildNetworks(ctx, store);
+    const accounting = buildAccounting(ctx, store);
+    const { rpcServer, webSocket } = buildRpcServer(ctx, accounting, networkSets);
+    const { admin, adminServer } = buildAdminServer(ctx, { store, accounting, networkSets, reloader });
+
+    // Listeners last, each closed (with its connections) before anything it uses.
+    const rpcAddress = await listen(rpcServer, config.server.port, config.server.host);
+    disposers.defer('rpc listener', async () => {
       webSocket.close();
       rpcServer.closeAllConnections();
       await closeServer(rpcServer);
-      await closeServer(adminServer);
-      await selfService.close();
-      await meter.flush();
-      meter.close();
-      await networkSets.closeAll();
-      if (ownsStore) await store.close();
-    })();
-    return closing;
-  }
+    });
+    const adminAddress = await listen(adminServer, config.admin.port, config.admin.host);
+    disposers.defer('admin listener', () => closeServer(adminServer));
+    const portalOrigin = await accounting.selfService.start(admin);
 
+    const rpcOrigin = originOf(rpcAddress);
+    const adminOrigin = originOf(adminAddress);
+    logger.info({ rpc: rpcOrigin, admin: adminOrigin, portal: portalOrigin, networks: [...networkSets.current().byId.keys()] }, 'gateway listening');
+    return runningGateway(ctx, { store, reloader, rpcServer, webSocket, selfService: accounting.selfService, rpcOrigin, rpcPort: rpcAddress.port, adminOrigin, portalOrigin });
+  } catch (error) {
+    await disposers.disposeAll();
+    throw error;
+  }
+}
+
+function runningGateway(
+  ctx: StartContext,
+  parts: {
+    store: Store;
+    reloader: ConfigReloader;
+    rpcServer: Server;
+    webSocket: WebSocketEndpoint;
+    selfService: SelfService;
+    rpcOrigin: string;
+    rpcPort: number;
+    adminOrigin: string;
+    portalOrigin: string | undefined;
+  },
+): RunningGateway {
+  const { config, logger, disposers } = ctx;
+  const { reloader, rpcServer, webSocket } = parts;
+  const close = (): Promise<void> => disposers.disposeAll();
   return {
     get config() {
       return reloader.current();
     },
-    store,
+    store: parts.store,
     logger,
-    rpcOrigin,
-    rpcPort: rpcAddress.port,
-    adminOrigin,
-    portalOrigin,
-    webhooksIdle: () => selfService.alerting.sender.idle(),
+    rpcOrigin: parts.rpcOrigin,
+    rpcPort: parts.rpcPort,
+    adminOrigin: parts.adminOrigin,
+    portalOrigin: parts.portalOrigin,
+    webhooksIdle: () => parts.selfService.alerting.sender.idle(),
     reload: reloader.reload,
     async drain() {
-      draining = true;
+      ctx.draining.value = true;
       // WebSocket clients are told to go (1001) at once: a stream has no end to wait for.
       webSocket.close();
       logger.info({ graceMs: config.server.drainTimeoutMs }, 'draining: refusing new connections, finishing in-flight requests');

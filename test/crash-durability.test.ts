@@ -7,7 +7,7 @@
 //     crash happens with exactly N answers sent and TOTAL − N reservations held;
 // (b) under load: many workers, a kill after ~1,000 answers, wherever the requests happen to be.
 
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,6 +16,8 @@ import { Agent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { useSeededAnvil } from './helpers/anvil.js';
 import { CLI, ROOT, ensureBuilt } from './helpers/build.js';
+import { killSpawned, spawnGateway, type GatewayProcess } from './helpers/spawn-gateway.js';
+import { until } from './helpers/until.js';
 import { startScriptedUpstream, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
 // The scripted upstreams in this file answer made-up blocks (only their hash is right), so block
@@ -28,10 +30,6 @@ const CHAIN_ID_COST = 5;
 const START_TIMEOUT_MS = 20_000;
 
 const anvil = useSeededAnvil({}, { blocks: 30, txPerBlock: 1 });
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
 
 const rpcCall = (method: string, params: unknown[], id: unknown) => JSON.stringify({ jsonrpc: '2.0', id, method, params });
 
@@ -51,16 +49,7 @@ function tollgate(db: string, ...args: string[]): Promise<any> {
 // The gateway as a separate process
 
 const tmpDirs: string[] = [];
-const children = new Set<ChildProcess>();
 
-interface GatewayProcess {
-  child: ChildProcess;
-  /** `http://127.0.0.1:port` of the RPC listener, from the `gateway listening` log line. */
-  rpc: string;
-  /** Log lines other than per-request ones, parsed. */
-  events: Array<Record<string, unknown>>;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
 
 interface Setup {
   dir: string;
@@ -109,51 +98,9 @@ async function setUp(upstreamUrl: string, dailyCredits: number): Promise<Setup> 
   return { dir, db, config, teamId: team.id, keyId: key.id, secret: key.secret, dailyCredits };
 }
 
+/** The gateway as a child process; per-request log lines are dropped (thousands of them), the rest kept. */
 function startGatewayProcess(config: string): Promise<GatewayProcess> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--config', config], {
-    cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, TOLLGATE_LOG_LEVEL: 'info' },
-  });
-  children.add(child);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-    child.once('exit', (code, signal) => {
-      children.delete(child);
-      resolve({ code, signal });
-    });
-  });
-  const events: Array<Record<string, unknown>> = [];
-  let stderr = '';
-  let partial = '';
-  child.stderr!.setEncoding('utf8');
-  child.stderr!.on('data', (chunk: string) => (stderr = (stderr + chunk).slice(-8_192)));
-  child.stdout!.setEncoding('utf8');
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no "gateway listening" line within ${START_TIMEOUT_MS} ms\n${stderr}`)), START_TIMEOUT_MS);
-    child.stdout!.on('data', (chunk: string) => {
-      const lines = (partial + chunk).split('\n');
-      partial = lines.pop()!;
-      for (const line of lines) {
-        // One line per request: keep the pipe drained, keep only the rest.
-        if (line === '' || line.includes('"msg":"request"')) continue;
-        let event: Record<string, unknown>;
-        try {
-          event = JSON.parse(line) as Record<string, unknown>;
-        } catch {
-          continue;
-        }
-        events.push(event);
-        if (event.msg === 'gateway listening') {
-          clearTimeout(timer);
-          resolve({ child, rpc: String(event.rpc), events, exited });
-        }
-      }
-    });
-    void exited.then(({ code, signal }) => {
-      clearTimeout(timer);
-      reject(new Error(`gateway exited (code ${code}, signal ${signal}) before listening\n${stderr}`));
-    });
-  });
+  return spawnGateway(config, { keep: (line) => line.msg !== 'request', startTimeoutMs: START_TIMEOUT_MS });
 }
 
 async function kill9(gateway: GatewayProcess): Promise<void> {
@@ -203,8 +150,8 @@ beforeAll(async () => {
   await ensureBuilt();
 }, 180_000);
 
-afterAll(() => {
-  for (const child of children) child.kill('SIGKILL');
+afterAll(async () => {
+  await killSpawned();
   for (const dir of tmpDirs) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -226,7 +173,7 @@ describe('kill -9 of the gateway', () => {
     try {
       const setup = await setUp(upstream.url, 10_000_000);
       const first = await startGatewayProcess(setup.config);
-      const url = `${first.rpc}/eth/v3/${setup.secret}`;
+      const url = `${first.rpcOrigin}/eth/v3/${setup.secret}`;
 
       const answered: number[] = [];
       const unanswered: number[] = [];
@@ -249,12 +196,10 @@ describe('kill -9 of the gateway', () => {
       );
 
       // Every call reached the upstream (so every one holds a reservation) and N answers arrived.
-      const deadline = Date.now() + 20_000;
-      while ((answered.length < N || blockCalls < TOTAL) && Date.now() < deadline) await sleep(20);
+      await until(() => answered.length >= N && blockCalls >= TOTAL, `${N} answers and ${TOTAL} upstream calls`, 20_000);
       expect(answered).toHaveLength(N);
       expect(blockCalls).toBe(TOTAL);
-      await sleep(200); // nothing else may arrive: the rest are stalled
-      expect(answered).toHaveLength(N);
+      // The rest are stalled upstream and never answered: after the kill below, exactly N arrived.
       expect(readLedger(setup)).toStrictEqual({
         usageCredits: N * BLOCK_COST,
         usageRequests: N,
@@ -273,7 +218,7 @@ describe('kill -9 of the gateway', () => {
 
       const second = await startGatewayProcess(setup.config);
       try {
-        expect(second.events).toContainEqual(expect.objectContaining({ level: 'warn', reservations: TOTAL - N }));
+        expect(second.lines).toContainEqual(expect.objectContaining({ level: 'warn', reservations: TOTAL - N }));
         const after = readLedger(setup);
         console.log(`crash (deterministic): ${answered.length} answers received = ${N * BLOCK_COST} credits; ledger after restart ${after.usageCredits} credits, ${after.reservations} reservations open`);
         expect(after).toStrictEqual({
@@ -289,7 +234,7 @@ describe('kill -9 of the gateway', () => {
         expect(report.byNetworkMethod).toStrictEqual([{ network: 'eth', method: 'eth_getBlockByHash', credits: N * BLOCK_COST, requests: N }]);
 
         // The restarted gateway serves on the restored balance.
-        const response = await request(`${second.rpc}/eth/v3/${setup.secret}`, {
+        const response = await request(`${second.rpcOrigin}/eth/v3/${setup.secret}`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
           body: rpcCall('eth_chainId', [], 1),
@@ -313,7 +258,7 @@ describe('kill -9 of the gateway', () => {
     const hashes = anvil.seed.blockHashes;
     const setup = await setUp(anvil.node.url, 1_000_000_000);
     const gateway = await startGatewayProcess(setup.config);
-    const url = `${gateway.rpc}/eth/v3/${setup.secret}`;
+    const url = `${gateway.rpcOrigin}/eth/v3/${setup.secret}`;
     const client = new Agent({ connections: WORKERS });
 
     let next = 0;

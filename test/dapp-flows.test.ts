@@ -14,6 +14,7 @@ import { CATALOGUE } from '../src/methods/catalogue.js';
 import { directRpc, useSeededAnvil } from './helpers/anvil.js';
 import { startTestGateway, type TestGateway } from './helpers/gateway.js';
 import { startScriptedUpstream, type ScriptedUpstream } from './helpers/scripted-upstream.js';
+import { until } from './helpers/until.js';
 
 const anvil = useSeededAnvil({}, { blocks: 2, txPerBlock: 1 });
 
@@ -135,14 +136,6 @@ function delta(before: Record<string, { credits: number; requests: number }>, af
     if (value.requests !== was.requests || value.credits !== was.credits) out[method] = { credits: value.credits - was.credits, requests: value.requests - was.requests };
   }
   return out;
-}
-
-async function until(condition: () => boolean, what: string, timeoutMs = 15_000): Promise<void> {
-  const giveUpAt = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > giveUpAt) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
 }
 
 /** Mines a block on anvil directly: dev-node controls are denied on the gateway. */

@@ -15,7 +15,7 @@
 // path: `TOLLGATE_FUZZ_SEED=<seed> TOLLGATE_FUZZ_PATH=<path> npx vitest run test/fuzz.test.ts`
 // replays it (and its shrinking).
 
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -26,7 +26,8 @@ import { issueKey } from '../src/admin/key-issuer.js';
 import { startSampleDasServer, type SampleDasServer } from '../src/devnet/sample-das/index.js';
 import { scanRequestBody, type ItemSpans } from '../src/jsonrpc/request-scanner.js';
 import { openStore, type Store } from '../src/store/index.js';
-import { CLI, ensureBuilt } from './helpers/build.js';
+import { ensureBuilt } from './helpers/build.js';
+import { spawnGateway } from './helpers/spawn-gateway.js';
 import { parseResponses, type RawResponse } from './helpers/raw-http.js';
 import { startScriptedUpstream, type RpcItem, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
@@ -84,8 +85,7 @@ function rssKb(): number {
 }
 
 let adminOrigin = '';
-/** The gateway's stderr, and how it exited if it did (a crash fails the liveness check with this). */
-let stderr = '';
+/** How the gateway exited if it did (a crash fails the liveness check with this). */
 let exitedWith: string | undefined;
 
 /** The gateway's V8 heap in use, from its own /metrics (prom-client's default metrics). */
@@ -139,32 +139,16 @@ beforeAll(async () => {
   writeFileSync(configPath, JSON.stringify(config)); // JSON is YAML
   // The heap is capped: V8 otherwise lets it grow for hundreds of MiB before collecting, which
   // hides nothing and proves nothing. Capped, a leak ends the process (and the liveness check).
-  child = spawn(process.execPath, [`--max-old-space-size=${HEAP_LIMIT_MB}`, CLI, 'serve', '--config', configPath], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'info' } });
-  let pending = '';
-  const listening = new Promise<string>((resolve, reject) => {
-    child.stdout!.on('data', (chunk: Buffer) => {
-      pending += chunk.toString('utf8');
-      const lines = pending.split('\n');
-      pending = lines.pop()!;
-      for (const line of lines) {
-        watchLine(line);
-        if (line.includes('"gateway listening"')) {
-          const listening = JSON.parse(line) as { rpc: string; admin: string };
-          adminOrigin = listening.admin;
-          resolve(listening.rpc);
-        }
-      }
-    });
-    child.stderr!.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString('utf8');
-      watchLine(chunk.toString('utf8'));
-    });
-    child.once('exit', (code, signal) => {
-      exitedWith = `tollgate serve exited (code ${code}, signal ${signal}): ${stderr.slice(-3_000)}`;
-      reject(new Error(exitedWith));
-    });
+  const gateway = await spawnGateway(configPath, {
+    nodeArgs: [`--max-old-space-size=${HEAP_LIMIT_MB}`],
+    // Every line of both streams is checked for secrets; only the listening line is kept.
+    keep: (line) => line.msg === 'gateway listening',
+    onLine: watchLine,
   });
-  rpcPort = Number(new URL(await listening).port);
+  child = gateway.child;
+  adminOrigin = gateway.adminOrigin;
+  rpcPort = Number(new URL(gateway.rpcOrigin).port);
+  void gateway.exited.then(({ code, signal }) => (exitedWith = `tollgate serve exited (code ${code}, signal ${signal}): ${gateway.stderr().slice(-3_000)}`));
   // A key issued after start-up, of a team with no credits: its secret must stay out of the logs too.
   const broke = await store.createTeam({ name: 'broke', dailyCredits: 0 });
   brokeKey = (await issueKey(store, { teamId: broke.id })).secret;

@@ -3,7 +3,7 @@
 // and costs take effect for the next request, a broken file is rejected and the running config
 // keeps serving, and requests in flight during a reload complete.
 
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -19,6 +19,8 @@ import { createLogger } from '../src/logging/logger.js';
 import { openStore, type Store } from '../src/store/index.js';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
 import { CLI, ROOT, ensureBuilt } from './helpers/build.js';
+import { killSpawned, spawnGateway } from './helpers/spawn-gateway.js';
+import { until } from './helpers/until.js';
 import { startScriptedUpstream, type RpcItem, type ScriptedBehaviour, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
 // The scripted upstreams in this file answer made-up blocks (only their hash is right), so block
@@ -64,14 +66,6 @@ function blockResult(delayMs?: number): ScriptedBehaviour {
     result: (item: unknown) => ({ hash: ((item as RpcItem).params as string[])[0], number: '0x2a', transactions: [] }),
     ...(delayMs === undefined ? {} : { delayMs }),
   };
-}
-
-async function until(condition: () => boolean | Promise<boolean>, what: string, timeoutMs = 5_000): Promise<void> {
-  const started = Date.now();
-  while (!(await condition())) {
-    if (Date.now() - started > timeoutMs) throw new Error(`${what} did not happen within ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
 }
 
 /** An EVM network config section served at `*\/<id>`. */
@@ -141,18 +135,6 @@ describe('health and readiness', () => {
 // ---------------------------------------------------------------------------------------------
 // The real process: `node dist/cli.js serve --config <file>`.
 
-interface GatewayProcess {
-  child: ChildProcess;
-  rpcOrigin: string;
-  adminOrigin: string;
-  /** Parsed JSON log lines so far (stdout and stderr). */
-  lines: Array<Record<string, unknown>>;
-  output(): string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  waitForLine(predicate: (line: Record<string, unknown>) => boolean, what: string, timeoutMs?: number): Promise<Record<string, unknown>>;
-}
-
-const children = new Set<ChildProcess>();
 
 /** A team and key in a fresh SQLite file, made with the CLI's admin verbs. */
 async function provision(dir: string): Promise<{ db: string; apiKey: string }> {
@@ -172,81 +154,9 @@ function gatewayYaml(db: string, networks: Array<Record<string, unknown>>, extra
   });
 }
 
-function startProcess(configPath: string): Promise<GatewayProcess> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--config', configPath], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  children.add(child);
-  let output = '';
-  const lines: Array<Record<string, unknown>> = [];
-  const waiters = new Set<() => void>();
-  let pending = '';
-  const onData = (chunk: string): void => {
-    output += chunk;
-    pending += chunk;
-    const complete = pending.split('\n');
-    pending = complete.pop()!;
-    for (const text of complete) {
-      if (!text.startsWith('{')) continue;
-      try {
-        lines.push(JSON.parse(text) as Record<string, unknown>);
-      } catch {
-        // not a log line
-      }
-    }
-    for (const wake of waiters) wake();
-  };
-  child.stdout!.setEncoding('utf8').on('data', onData);
-  child.stderr!.setEncoding('utf8').on('data', onData);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-    child.once('exit', (code, signal) => {
-      children.delete(child);
-      for (const wake of waiters) wake();
-      resolve({ code, signal });
-    });
-  });
-
-  function waitForLine(predicate: (line: Record<string, unknown>) => boolean, what: string, timeoutMs = 10_000): Promise<Record<string, unknown>> {
-    return new Promise((resolve, reject) => {
-      const check = (): void => {
-        const found = lines.find(predicate);
-        if (found !== undefined) {
-          cleanup();
-          resolve(found);
-        } else if (child.exitCode !== null || child.signalCode !== null) {
-          cleanup();
-          reject(new Error(`the gateway exited before logging ${what}\n${output}`));
-        }
-      };
-      const timer = setTimeout(() => {
-        cleanup();
-        reject(new Error(`no log line ${what} within ${timeoutMs} ms\n${output}`));
-      }, timeoutMs);
-      const cleanup = (): void => {
-        clearTimeout(timer);
-        waiters.delete(check);
-      };
-      waiters.add(check);
-      check();
-    });
-  }
-
-  return waitForLine((line) => line.msg === 'gateway listening', '"gateway listening"').then((listening) => ({
-    child,
-    rpcOrigin: String(listening.rpc),
-    adminOrigin: String(listening.admin),
-    lines,
-    output: () => output,
-    exited,
-    waitForLine,
-  }));
-}
-
 afterEach(async () => {
   // A failed test must not leave a gateway running.
-  for (const child of [...children]) {
-    const gone = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    child.kill('SIGKILL');
-    await gone;
-  }
+  await killSpawned();
 });
 
 function connectionError(origin: string): Promise<string | undefined> {
@@ -275,7 +185,7 @@ describe('tollgate serve (the real process)', () => {
     const slow = await scripted(blockResult(1_500));
     const configPath = join(dir, 'gw.yaml');
     writeFileSync(configPath, gatewayYaml(db, [evmNetwork([{ id: 'slow', url: slow.url }])]));
-    const gateway = await startProcess(configPath);
+    const gateway = await spawnGateway(configPath);
     const url = `${gateway.rpcOrigin}/evm/v3/${apiKey}`;
     expect((await fetch(`${gateway.adminOrigin}/readyz`)).status).toBe(200);
 
@@ -322,7 +232,7 @@ describe('tollgate serve (the real process)', () => {
     const v1 = gatewayYaml(db, [evmNetwork([{ id: 'first', url: first.url }])]);
     const v2 = gatewayYaml(db, [evmNetwork([{ id: 'first', url: first.url }, { id: 'added', url: added.url }], { eth_getBlockByHash: 40 })]);
     writeFileSync(configPath, v1);
-    const gateway = await startProcess(configPath);
+    const gateway = await spawnGateway(configPath);
     const url = `${gateway.rpcOrigin}/evm/v3/${apiKey}`;
 
     const before = await rpc(url, getBlock());

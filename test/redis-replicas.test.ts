@@ -8,18 +8,17 @@
 // Redis runs with an fsync-always append-only file here, so that what it acknowledged survives
 // the SIGKILL of the outage test and the ledger can be compared with the responses received.
 
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { Pool } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { issueKey } from '../src/admin/key-issuer.js';
 import { openStore, type Store } from '../src/store/index.js';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN } from './helpers/gateway.js';
-import { CLI, ensureBuilt } from './helpers/build.js';
+import { ensureBuilt } from './helpers/build.js';
+import { killSpawned, spawnCli, spawnGateway, type GatewayProcess } from './helpers/spawn-gateway.js';
 import { useRedis } from './helpers/redis.js';
 import { refusedUrl, startScriptedUpstream, type RpcItem, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 
@@ -40,72 +39,6 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
 
 // ---------------------------------------------------------------------------------------------
 // Build and processes
-
-interface GatewayProcess {
-  child: ChildProcess;
-  rpcOrigin: string;
-  adminOrigin: string;
-  /** Last lines of stdout and stderr, for failure messages. */
-  output(): string;
-}
-
-const children = new Set<ChildProcess>();
-process.once('exit', () => {
-  for (const child of children) child.kill('SIGKILL');
-});
-
-function spawnCli(args: string[]): { child: ChildProcess; output: () => string; exited: Promise<number | null> } {
-  const child = spawn(process.execPath, [CLI, ...args], { cwd: workDir, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'info' } });
-  children.add(child);
-  const tail: string[] = [];
-  const keep = (line: string) => {
-    tail.push(line);
-    if (tail.length > 40) tail.shift();
-  };
-  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => keep(`[stderr] ${chunk.trimEnd()}`));
-  const exited = new Promise<number | null>((resolve) =>
-    child.once('exit', (code) => {
-      children.delete(child);
-      resolve(code);
-    }),
-  );
-  return { child, output: () => tail.join('\n'), exited };
-}
-
-/** `tollgate serve --config FILE`; resolves once the JSON "gateway listening" line names both origins. */
-async function spawnGateway(configFile: string): Promise<GatewayProcess> {
-  const { child, output } = spawnCli(['serve', '--config', configFile]);
-  const lines = createInterface({ input: child.stdout! });
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`gateway did not start within 15 s:\n${output()}`)), 15_000);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`gateway exited with ${code} before listening:\n${output()}`));
-    });
-    // Every request logs a line: keep reading stdout for the process's whole life.
-    lines.on('line', (line) => {
-      let entry: { msg?: string; rpc?: string; admin?: string };
-      try {
-        entry = JSON.parse(line) as typeof entry;
-      } catch {
-        return;
-      }
-      if (entry.msg === 'gateway listening' && entry.rpc !== undefined && entry.admin !== undefined) {
-        clearTimeout(timer);
-        resolve({ child, rpcOrigin: entry.rpc, adminOrigin: entry.admin, output });
-      }
-    });
-  });
-}
-
-async function stopProcess(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  child.kill('SIGINT');
-  const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
-  await exited;
-  clearTimeout(timer);
-}
 
 function writeConfig(name: string, store: Record<string, unknown>, upstreamUrl: string): string {
   const path = join(workDir, `${name}.yaml`);
@@ -229,7 +162,7 @@ beforeAll(async () => {
   upstream = await startScriptedUpstream({ kind: 'result', result: blockFor, delayMs: 10 });
   store = await openStore({ driver: 'redis', url: redis.url, keyPrefix, usageRetentionDays: 35, commandTimeoutMs: 2_000, failOpen: false });
   const configFile = writeConfig('replica', gatewayConfig(), upstream.url);
-  const [a, b] = await Promise.all([spawnGateway(configFile), spawnGateway(configFile)]);
+  const [a, b] = await Promise.all([spawnGateway(configFile, { cwd: workDir }), spawnGateway(configFile, { cwd: workDir })]);
   replicaA = { name: 'A', process: a!, pool: new Pool(a!.rpcOrigin, { connections: 100 }) };
   replicaB = { name: 'B', process: b!, pool: new Pool(b!.rpcOrigin, { connections: 100 }) };
   replicas = [replicaA, replicaB];
@@ -237,7 +170,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await Promise.all((replicas ?? []).map((replica) => replica.pool.close()));
-  await Promise.all([...children].map(stopProcess));
+  await killSpawned();
   await store?.close();
   await upstream?.close();
   rmSync(workDir, { recursive: true, force: true });
@@ -462,11 +395,9 @@ describe('two gateway replicas sharing one Redis', () => {
     await source.applyLedger([1, 2, 3].map(() => ({ type: 'charge' as const, subject, nowMs: Date.now() })));
     await source.close();
 
-    const cli = spawnCli(['migrate', '--from', `sqlite:${sqlitePath}`, '--to', redis.url, '--key-prefix', migratedPrefix]);
-    let stdout = '';
-    cli.child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
-    expect(await cli.exited, cli.output()).toBe(0);
-    expect(JSON.parse(stdout)).toEqual({ teams: 1, keys: 1, usageRows: 1, day, credits: 240 });
+    const cli = spawnCli(['migrate', '--from', `sqlite:${sqlitePath}`, '--to', redis.url, '--key-prefix', migratedPrefix], { cwd: workDir });
+    expect((await cli.exited).code, cli.output()).toBe(0);
+    expect(JSON.parse(cli.stdout())).toMatchObject({ teams: 1, keys: 1, usageRows: 1, hourlyUsageRows: 1, toDay: day, credits: 240 });
 
     const target = await openStore({ driver: 'redis', url: redis.url, keyPrefix: migratedPrefix, usageRetentionDays: 35, commandTimeoutMs: 2_000, failOpen: false });
     const tg = await startTestGateway({
@@ -493,9 +424,8 @@ describe('two gateway replicas sharing one Redis', () => {
   it('refuse to start with a clear message when Redis cannot be reached', async () => {
     const nowhere = (await refusedUrl()).replace('http://', 'redis://');
     const configFile = writeConfig('unreachable', { driver: 'redis', url: nowhere, keyPrefix }, upstream.url);
-    const cli = spawnCli(['serve', '--config', configFile]);
-    cli.child.stdout!.resume();
-    const code = await cli.exited;
+    const cli = spawnCli(['serve', '--config', configFile], { cwd: workDir });
+    const { code } = await cli.exited;
     expect(code).not.toBe(0);
     expect(code).not.toBeNull();
     expect(cli.output()).toContain('cannot reach Redis');

@@ -1,4 +1,4 @@
-import type { IpMatcher } from './key-settings.js';
+import type { IpMatcher } from './ip-matcher.js';
 
 /**
  * The client's address for a key's IP rule. `X-Forwarded-For` is believed only when the

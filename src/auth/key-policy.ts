@@ -3,9 +3,8 @@ import type { KeyObject } from 'node:crypto';
 import { errors as joseErrors, jwtVerify, type JWTPayload, type JWTHeaderParameters } from 'jose';
 import { LRUCache } from 'lru-cache';
 import { GatewayError } from '../errors.js';
-import type { KeySettings } from '../store/index.js';
 import { hashSecret } from './api-key.js';
-import { addressesOf, compileIpRanges, compileMethods, compileOrigins, jwtKeyObject, type NameMatcher, type OriginMatcher, type RuleType } from './key-settings.js';
+import { addressesOf, compileIpRanges, compileMethods, compileOrigins, jwtKeyObject, type KeySettings, type NameMatcher, type OriginMatcher, type RuleType } from './key-settings.js';
 
 /**
  * A key's settings compiled into the checks a request goes through (docs/keys.md), built once

@@ -1,7 +1,10 @@
 import { createPublicKey, type KeyObject } from 'node:crypto';
-import { BlockList, isIP } from 'node:net';
 import { z } from 'zod';
-import type { JwtPublicKey, KeySettings } from '../store/index.js';
+import { parseRange } from './ip-matcher.js';
+import { parseOriginPattern } from './origin-matcher.js';
+
+export { compileIpRanges, isIpRange, type IpMatcher } from './ip-matcher.js';
+export { compileOrigins, isOriginPattern, type OriginMatcher } from './origin-matcher.js';
 
 /**
  * Per-key settings (DESIGN §3, docs/keys.md): validation of what an operator submits, and the
@@ -9,6 +12,40 @@ import type { JwtPublicKey, KeySettings } from '../store/index.js';
  * type ORed; an empty list is no rule. Compiled once per key load, so a request pays only for the
  * rule types its key has, and a key without settings pays nothing.
  */
+
+/**
+ * A key's settings as stored: normalised and validated by `applySettingsPatch` below before the
+ * store gets them. An empty list means "no rule of this type".
+ */
+export interface KeySettings {
+  /** `https://app.example.com`, `app.example.com` (any scheme), `https://*.example.com` (subdomains). */
+  allowedOrigins: string[];
+  /** Substrings of the `User-Agent` header. */
+  allowedUserAgents: string[];
+  /** IPv4 / IPv6 CIDR ranges (a bare address is a /32 or /128). */
+  allowedIps: string[];
+  /** JSON-RPC method names, or `prefix_*`. */
+  allowedMethods: string[];
+  /** Lower-case `0x` + 40 hex contract addresses. */
+  allowedAddresses: string[];
+  /** Every request must carry the key secret (HTTP Basic, empty user). */
+  requireSecret: boolean;
+  /** Every request must carry a JWT signed by one of `jwtKeys` (`Authorization: Bearer`). */
+  requireJwt: boolean;
+  /** Up to three public keys that sign this key's JWTs. */
+  jwtKeys: JwtPublicKey[];
+  /** The `aud` a JWT must carry; null: `aud` is not checked. */
+  jwtAudience: string | null;
+}
+
+export interface JwtPublicKey {
+  /** Matched against the JWT header's `kid`. */
+  id: string;
+  alg: 'RS256' | 'ES256';
+  /** SPKI PEM, or a public JWK: exactly one of the two. */
+  pem?: string;
+  jwk?: Record<string, unknown>;
+}
 
 /** Most entries of one rule type (Infura's bound). */
 export const MAX_RULE_ENTRIES = 30;
@@ -27,116 +64,6 @@ export const ADDRESS_METHODS: ReadonlySet<string> = new Set([
   'eth_getStorageAt',
   'eth_getTransactionCount',
 ]);
-
-// ---------------------------------------------------------------------------------------------
-// Origin patterns
-
-/** `[scheme://]host[:port]`, host possibly `*.`-prefixed; what one origin entry may look like. */
-const ORIGIN_PATTERN = /^(?:([a-z][a-z0-9+.-]*):\/\/)?(\*\.)?((?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*|\[[0-9a-f:.]+\])(?::(\d{1,5}))?$/;
-
-interface ParsedOrigin {
-  scheme: string | undefined;
-  wildcard: boolean;
-  /** Host and `:port`, lower-case. */
-  authority: string;
-}
-
-function parseOriginPattern(entry: string): ParsedOrigin | undefined {
-  const match = ORIGIN_PATTERN.exec(entry.trim().toLowerCase());
-  if (match === null) return undefined;
-  if (match[4] !== undefined && Number(match[4]) > 65535) return undefined;
-  if (match[2] !== undefined && match[3]!.startsWith('[')) return undefined;
-  return { scheme: match[1], wildcard: match[2] !== undefined, authority: match[4] === undefined ? match[3]! : `${match[3]}:${match[4]}` };
-}
-
-/** True for an origin entry a key or `server.cors.allowedOrigins` may hold. */
-export const isOriginPattern = (entry: string): boolean => parseOriginPattern(entry) !== undefined;
-
-/** An origin matcher: exact origins by set lookup, scheme-less ones by authority, wildcards by suffix. */
-export interface OriginMatcher {
-  (origin: string): boolean;
-}
-
-/** `*` alone allows any origin (the gateway-wide default). */
-export function compileOrigins(entries: readonly string[]): OriginMatcher {
-  if (entries.includes('*')) return () => true;
-  const exact = new Set<string>();
-  const anyScheme = new Set<string>();
-  const suffixes: Array<{ scheme: string | undefined; suffix: string }> = [];
-  for (const entry of entries) {
-    const parsed = parseOriginPattern(entry);
-    if (parsed === undefined) continue; // validated before it was stored
-    if (parsed.wildcard) suffixes.push({ scheme: parsed.scheme, suffix: `.${parsed.authority}` });
-    else if (parsed.scheme === undefined) anyScheme.add(parsed.authority);
-    else exact.add(`${parsed.scheme}://${parsed.authority}`);
-  }
-  // A page sends the same Origin on every call: the last answer is kept (one string compare).
-  let lastOrigin: string | undefined;
-  let lastAllowed = false;
-  const matches = (raw: string): boolean => {
-    const origin = raw.toLowerCase();
-    if (exact.has(origin)) return true;
-    const separator = origin.indexOf('://');
-    if (separator < 0) return false; // `null` and other opaque origins
-    const authority = origin.slice(separator + 3);
-    if (anyScheme.has(authority)) return true;
-    for (const { scheme, suffix } of suffixes) {
-      if (authority.endsWith(suffix) && authority.length > suffix.length && (scheme === undefined || origin.startsWith(scheme) && separator === scheme.length)) return true;
-    }
-    return false;
-  };
-  return (raw) => {
-    if (raw !== lastOrigin) {
-      lastAllowed = matches(raw);
-      lastOrigin = raw;
-    }
-    return lastAllowed;
-  };
-}
-
-// ---------------------------------------------------------------------------------------------
-// IP ranges
-
-interface ParsedRange {
-  address: string;
-  prefix: number;
-  family: 'ipv4' | 'ipv6';
-}
-
-function parseRange(entry: string): ParsedRange | undefined {
-  const [address = '', prefixText, ...rest] = entry.trim().split('/');
-  if (rest.length > 0) return undefined;
-  const version = isIP(address);
-  if (version === 0) return undefined;
-  const max = version === 4 ? 32 : 128;
-  if (prefixText !== undefined && !/^\d{1,3}$/.test(prefixText)) return undefined;
-  const prefix = prefixText === undefined ? max : Number(prefixText);
-  if (prefix > max) return undefined;
-  return { address, prefix, family: version === 4 ? 'ipv4' : 'ipv6' };
-}
-
-/** True for an IPv4 / IPv6 address or CIDR range. */
-export const isIpRange = (entry: string): boolean => parseRange(entry) !== undefined;
-
-/** A set of CIDR ranges (node:net's BlockList does the address arithmetic). */
-export interface IpMatcher {
-  (address: string): boolean;
-}
-
-export function compileIpRanges(entries: readonly string[]): IpMatcher {
-  const list = new BlockList();
-  for (const entry of entries) {
-    const range = parseRange(entry);
-    if (range !== undefined) list.addSubnet(range.address, range.prefix, range.family);
-  }
-  return (address) => {
-    const version = isIP(address);
-    if (version === 0) return false;
-    // An IPv4 client on a dual-stack socket shows as ::ffff:a.b.c.d; it matches IPv4 ranges.
-    if (version === 6 && address.startsWith('::ffff:') && isIP(address.slice(7)) === 4) return list.check(address.slice(7), 'ipv4');
-    return list.check(address, version === 4 ? 'ipv4' : 'ipv6');
-  };
-}
 
 // ---------------------------------------------------------------------------------------------
 // Methods and addresses

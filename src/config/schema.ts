@@ -1,6 +1,7 @@
 import { z } from 'zod';
-import { methodSettingsIssues } from '../methods/catalogue.js';
-import { isIpRange, isOriginPattern } from '../auth/key-settings.js';
+import { methodSettingsIssues, NETWORK_KINDS } from '../methods/catalogue.js';
+import { isIpRange } from '../auth/ip-matcher.js';
+import { isOriginPattern } from '../auth/origin-matcher.js';
 
 /**
  * The one schema of the gateway's YAML configuration. Types, defaults and validation all come
@@ -113,7 +114,7 @@ const subscriptionsSchema = z.strictObject({
 const networkSchema = z.strictObject({
   /** Name used in key allow-lists, usage reports, logs and metrics. */
   id: z.string().regex(/^[A-Za-z0-9_.-]+$/),
-  kind: z.enum(['evm', 'asset']),
+  kind: z.enum(NETWORK_KINDS),
   /** EVM networks: answered locally for `eth_chainId` (hex) and `net_version` (decimal). */
   chainId: z.number().int().positive().optional(),
   /** Host (and optional prefix) that selects this network; see docs/configuration.md. */
@@ -429,4 +430,4 @@ export type UpstreamConfig = NetworkConfig['upstreams'][number];
 export type StoreConfig = GatewayConfig['store'];
 export type PortalConfig = GatewayConfig['portal'];
 export type WebhooksConfig = GatewayConfig['webhooks'];
-export type NetworkKind = NetworkConfig['kind'];
+export type { NetworkKind } from '../methods/catalogue.js';

@@ -1,4 +1,4 @@
-import type { NetworkKind } from '../config/schema.js';
+import { globsMatcher, globsOverlap } from './method-globs.js';
 
 /**
  * The built-in method catalogue (DESIGN §1.3): per network kind, the methods the gateway serves
@@ -7,6 +7,10 @@ import type { NetworkKind } from '../config/schema.js';
  * from it and the network's config, and `test/methods-doc.test.ts` keeps docs/methods.md in step
  * with it.
  */
+
+/** The kinds of network the gateway serves: EVM JSON-RPC, and Solana with the DAS (asset) API. */
+export const NETWORK_KINDS = ['evm', 'asset'] as const;
+export type NetworkKind = (typeof NETWORK_KINDS)[number];
 
 export interface CatalogueGroup {
   credits: number;
@@ -200,34 +204,6 @@ export const CATALOGUE: Readonly<Record<NetworkKind, Catalogue>> = {
     denied: [],
   },
 };
-
-/** `*` matches any run of characters; every other character is itself. */
-export function globToRegExp(glob: string): RegExp {
-  const body = glob
-    .split('*')
-    .map((part) => part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))
-    .join('.*');
-  return new RegExp(`^${body}$`);
-}
-
-/** One matcher for a list of globs (undefined for an empty list). */
-export function globsMatcher(globs: readonly string[]): ((method: string) => boolean) | undefined {
-  if (globs.length === 0) return undefined;
-  const regex = new RegExp(globs.map((glob) => globToRegExp(glob).source).join('|'));
-  return (method) => regex.test(method);
-}
-
-/**
- * Whether some method name matches both globs. Denied patterns are names or `prefix*`, which is
- * what this decides exactly for: an `allowMethods` entry that overlaps none of them allows nothing.
- */
-export function globsOverlap(a: string, b: string): boolean {
-  if (!a.includes('*')) return globToRegExp(b).test(a);
-  if (!b.includes('*')) return globToRegExp(a).test(b);
-  const prefixA = a.slice(0, a.indexOf('*'));
-  const prefixB = b.slice(0, b.indexOf('*'));
-  return prefixA.startsWith(prefixB) || prefixB.startsWith(prefixA);
-}
 
 /** Why a method is refused on a network: its `denyMethods`, or the default deny list (not allowed back). */
 export type DenialSource = 'denyMethods' | 'default';

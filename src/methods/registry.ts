@@ -1,8 +1,9 @@
-import type { NetworkConfig, NetworkKind, UpstreamConfig } from '../config/schema.js';
+import type { NetworkConfig, UpstreamConfig } from '../config/schema.js';
 import { parseBlockByHashParams, type BlockByHashQuery } from './eth-get-block-by-hash.js';
 import { verifyBlock, type BlockVerification } from '../verification/block-verifier.js';
 import { parseAssetsByGroupParams, serialiseAssetsByGroupParams } from './get-assets-by-group.js';
-import { CATALOGUE, createDenyRule, globsMatcher } from './catalogue.js';
+import { CATALOGUE, createDenyRule, type NetworkKind } from './catalogue.js';
+import { globsMatcher } from './method-globs.js';
 import { GatewayError } from '../errors.js';
 
 /**

@@ -1,4 +1,7 @@
+import type { JwtPublicKey, KeySettings } from '../auth/key-settings.js';
 import type { Ledger } from '../metering/ledger.js';
+
+export type { JwtPublicKey, KeySettings };
 
 export type {
   AdmissionResult,
@@ -44,40 +47,6 @@ export interface ApiKey {
   settings: KeySettings | null;
   /** Whether a key secret (HTTP Basic, docs/keys.md) was issued; only its hash is stored. */
   hasKeySecret: boolean;
-}
-
-/**
- * A key's settings as stored: normalised and validated by src/auth/key-settings.ts before they
- * get here. An empty list means "no rule of this type".
- */
-export interface KeySettings {
-  /** `https://app.example.com`, `app.example.com` (any scheme), `https://*.example.com` (subdomains). */
-  allowedOrigins: string[];
-  /** Substrings of the `User-Agent` header. */
-  allowedUserAgents: string[];
-  /** IPv4 / IPv6 CIDR ranges (a bare address is a /32 or /128). */
-  allowedIps: string[];
-  /** JSON-RPC method names, or `prefix_*`. */
-  allowedMethods: string[];
-  /** Lower-case `0x` + 40 hex contract addresses. */
-  allowedAddresses: string[];
-  /** Every request must carry the key secret (HTTP Basic, empty user). */
-  requireSecret: boolean;
-  /** Every request must carry a JWT signed by one of `jwtKeys` (`Authorization: Bearer`). */
-  requireJwt: boolean;
-  /** Up to three public keys that sign this key's JWTs. */
-  jwtKeys: JwtPublicKey[];
-  /** The `aud` a JWT must carry; null: `aud` is not checked. */
-  jwtAudience: string | null;
-}
-
-export interface JwtPublicKey {
-  /** Matched against the JWT header's `kid`. */
-  id: string;
-  alg: 'RS256' | 'ES256';
-  /** SPKI PEM, or a public JWK: exactly one of the two. */
-  pem?: string;
-  jwk?: Record<string, unknown>;
 }
 
 /** What authentication needs to know, fetched in one lookup. */

@@ -1,6 +1,7 @@
 import type { UpstreamConfig } from '../config/schema.js';
 import { GatewayError } from '../errors.js';
-import { createDenyRule, globsMatcher } from '../methods/catalogue.js';
+import { createDenyRule } from '../methods/catalogue.js';
+import { globsMatcher } from '../methods/method-globs.js';
 import { DEFAULT_METHOD_COSTS, DEFAULT_PASS_THROUGH_COST } from '../methods/registry.js';
 import type { NetworkRuntime } from '../server/network-runtime.js';
 import type { SubscriptionKind } from './subscription-hub.js';

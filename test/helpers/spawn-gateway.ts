@@ -83,7 +83,7 @@ export function spawnCli(args: string[], options: SpawnCliOptions = {}): CliProc
   });
   const output = (): string => `stdout:\n${raw.stdout}\nstderr:\n${raw.stderr}`;
 
-  function waitForLine(predicate: (line: LogLine) => boolean, what: string, timeoutMs = 20_000): Promise<LogLine> {
+  function waitForLine(predicate: (line: LogLine) => boolean, what: string, timeoutMs = 30_000): Promise<LogLine> {
     return new Promise((resolve, reject) => {
       const check = (): void => {
         const found = lines.find(predicate);

@@ -7,7 +7,7 @@ const POLL_INTERVAL_MS = 10;
  * Resolves once `condition` (sync or async) returns true; rejects with "timed out waiting for
  * <what>" after `timeoutMs`. A condition that throws rejects at once.
  */
-export async function until(condition: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
+export async function until(condition: () => boolean | Promise<boolean>, what: string, timeoutMs = 15_000): Promise<void> {
   const giveUpAt = performance.now() + timeoutMs;
   while (!(await condition())) {
     if (performance.now() > giveUpAt) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
