@@ -101,6 +101,7 @@ export function createRedisLedger(connection: RedisConnection, options: RedisLed
         batchReservations.set(op.reservationId, op.subject.teamId);
         return op.subject.teamId;
       case 'charge':
+      case 'reverse':
         return op.subject.teamId;
       case 'peek':
         return op.teamId;
@@ -114,7 +115,7 @@ export function createRedisLedger(connection: RedisConnection, options: RedisLed
     const keyTeams = new Map<string, string>();
     const batchReservations = new Map<string, string>();
     for (const op of ops) {
-      if (op.type === 'reserve' || op.type === 'charge') keyTeams.set(op.subject.keyId, op.subject.teamId);
+      if (op.type === 'reserve' || op.type === 'charge' || op.type === 'reverse') keyTeams.set(op.subject.keyId, op.subject.teamId);
       teamOf(op, batchReservations);
     }
     const checks = new Map<string, Check>();
