@@ -43,6 +43,7 @@ import { formatWsFanout, runWsFanout, WS_FANOUT_SCENARIO } from './ws-fanout.js'
 import { formatWorkersBench, runWorkersBench, WORKERS_SCENARIO } from './workers.js';
 import { formatLogsSplit, LOGS_SPLIT_SCENARIO, runLogsSplit } from './logs-split.js';
 import { CACHE_SCENARIO, formatCacheScenarios, runCacheScenarios } from './cache-scenarios.js';
+import { formatRedisClusterCost, REDIS_CLUSTER_SCENARIO, runRedisClusterCost } from './redis-cluster-cost.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI = join(ROOT, 'dist', 'cli.js');
@@ -969,6 +970,11 @@ async function main(): Promise<void> {
   // The response cache's own scenarios (bench/cache-scenarios.ts) start their own anvil, Redis and gateways.
   const cacheScenarios = () => runCacheScenarios({ seconds: flags.quick ? 3 : 10 }).then(formatCacheScenarios);
   if (flags.only !== undefined && CACHE_SCENARIO.includes(flags.only)) return void console.log(await cacheScenarios());
+  // Redis Cluster against one Redis (bench/redis-cluster-cost.ts) starts its own Redis and gateways, asked for alone.
+  if (flags.only !== undefined && REDIS_CLUSTER_SCENARIO.includes(flags.only)) {
+    const clusterOptions = { seconds: DURATION_S, connections: CONNECTIONS };
+    return void console.log(formatRedisClusterCost(await runRedisClusterCost(clusterOptions), clusterOptions));
+  }
   // Per run 12 scenario pairs (2 warm-ups + 2 × PAIRS rounds, each with a moment to start the load
   // generator) and one gateway-only row; plus start-up, warm-up and the Redis cost rounds.
   const perRunS = 12 * (2 * WARMUP_S + 2 * PAIRS * (ROUND_S + 0.5)) + WARMUP_S + DURATION_S;

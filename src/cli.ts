@@ -43,7 +43,8 @@ const USAGE = `Usage:
   tollgate team-tokens list [--team NAME]
   tollgate team-tokens revoke TOKEN_ID
   tollgate usage (--team NAME | --key KEY_ID) [--days N | --from YYYY-MM-DD --to YYYY-MM-DD] [--format json|csv]
-  tollgate migrate --from sqlite:PATH --to redis://HOST:PORT [--key-prefix P]
+  tollgate migrate --from (sqlite:PATH | redis://HOST:PORT | cluster:redis://HOST:PORT,...) [--from-key-prefix P]
+                   --to (redis://HOST:PORT | cluster:redis://HOST:PORT,...) [--key-prefix P] [--days N]
 
 Admin verbs read the store from --config FILE (default: $TOLLGATE_CONFIG or config/gateway.yaml),
 or from --db FILE (a SQLite database file).`;
@@ -80,6 +81,7 @@ const OPTIONS = {
   'jwt-audience': { type: 'string' },
   days: { type: 'string' },
   'key-prefix': { type: 'string' },
+  'from-key-prefix': { type: 'string' },
   from: { type: 'string' },
   to: { type: 'string' },
   format: { type: 'string' },
@@ -205,32 +207,49 @@ async function serve(values: Values): Promise<void> {
   process.on('SIGHUP', () => void gateway.reload().catch(() => undefined));
 }
 
+/** A store named on the command line: `sqlite:PATH`, `redis://...`, or `cluster:redis://a,redis://b`. */
+function storeArg(text: string, keyPrefix: string, flag: string): StoreConfig {
+  if (text.startsWith('sqlite:')) return { driver: 'sqlite', path: text.slice('sqlite:'.length) };
+  const redis = { driver: 'redis' as const, keyPrefix, usageRetentionDays: 35, commandTimeoutMs: 5_000, failOpen: false };
+  if (text.startsWith('cluster:')) {
+    const seeds = text.slice('cluster:'.length).split(',').filter((seed) => seed !== '');
+    if (seeds.length === 0 || !seeds.every((seed) => /^rediss?:\/\//.test(seed))) throw new UsageError(`${flag} cluster: takes redis:// seed URLs separated by commas`);
+    return { ...redis, cluster: seeds };
+  }
+  if (/^rediss?:\/\//.test(text)) return { ...redis, url: text };
+  throw new UsageError(`${flag} must be sqlite:PATH, a redis:// URL or cluster:redis://...`);
+}
+
 /**
- * Copies teams, keys (secret hashes included, so issued keys keep working) and today's usage from
- * a SQLite store into Redis. Run it with the gateways stopped; reservations are not copied.
+ * Copies a store into Redis or Redis Cluster: teams, keys (secret hashes included, so issued keys
+ * keep working), team tokens, alert settings, shared secrets (the filter ids' HMAC key, so filter
+ * ids stay valid) and the usage, daily and hourly, of the last `--days` days (default 35, the
+ * Redis store's retention). Run it with the gateways stopped; reservations in flight, throughput
+ * buckets, event claims and the webhook delivery log are not copied.
  */
 async function migrate(values: Values): Promise<void> {
-  const from = requireArg(values.from, '--from sqlite:PATH');
-  const to = requireArg(values.to, '--to redis://...');
-  if (!from.startsWith('sqlite:')) throw new UsageError('--from must be sqlite:PATH');
-  if (!/^rediss?:\/\//.test(to)) throw new UsageError('--to must be a redis:// URL');
-  const source = await openStore({ driver: 'sqlite', path: from.slice('sqlite:'.length) });
-  const target = await openStore({
-    driver: 'redis',
-    url: to,
-    keyPrefix: values['key-prefix'] ?? 'tollgate:',
-    usageRetentionDays: 35,
-    commandTimeoutMs: 5_000,
-    failOpen: false,
-  });
+  const keyPrefix = values['key-prefix'] ?? 'tollgate:';
+  const sourceConfig = storeArg(requireArg(values.from, '--from sqlite:PATH | redis://... | cluster:redis://...'), values['from-key-prefix'] ?? keyPrefix, '--from');
+  const targetConfig = storeArg(requireArg(values.to, '--to redis://... | cluster:redis://...'), keyPrefix, '--to');
+  if (targetConfig.driver !== 'redis') throw new UsageError('--to must be a redis:// URL or cluster:redis://...');
+  const days = values.days === undefined ? 35 : wholeNumber(values.days, '--days')!;
+  const source = await openStore(sourceConfig);
+  const target = await openStore(targetConfig);
   try {
-    const snapshot = await source.exportSnapshot(utcDay(Date.now()));
+    const toDay = utcDay(Date.now());
+    const fromDay = utcDay(Date.now() - (days - 1) * 86_400_000);
+    const snapshot = await source.exportSnapshot({ fromDay, toDay });
     await target.importSnapshot(snapshot);
     print({
       teams: snapshot.teams.length,
       keys: snapshot.keys.length,
+      teamTokens: snapshot.teamTokens.length,
+      alertSettings: snapshot.alertSettings.length,
+      sharedSecrets: snapshot.sharedSecrets.length,
       usageRows: snapshot.usage.length,
-      day: snapshot.day,
+      hourlyUsageRows: snapshot.hourlyUsage.length,
+      fromDay,
+      toDay,
       credits: snapshot.usage.reduce((sum, row) => sum + row.credits, 0),
     });
   } finally {

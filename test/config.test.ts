@@ -216,4 +216,17 @@ describe('schema rules', () => {
       expect(configError(() => parseConfig(config, {}))).toContain('server.workers');
     }
   });
+
+  it('store.driver redis takes exactly one of url and cluster; a cluster key prefix has no braces', () => {
+    const withStore = (store: Record<string, unknown>) => ({ ...minimal(), store: { driver: 'redis', ...store } });
+    const seeds = ['redis://10.0.0.1:6379', 'redis://10.0.0.2:6379'];
+    expect(parseConfig(withStore({ cluster: seeds, waitReplicas: 1 }), {}).store).toMatchObject({ driver: 'redis', cluster: seeds, waitReplicas: 1, keyPrefix: 'tollgate:' });
+    expect(parseConfig(withStore({ url: 'redis://10.0.0.1:6379' }), {}).store).toMatchObject({ url: 'redis://10.0.0.1:6379' });
+    expect(configError(() => parseConfig(withStore({ url: 'redis://a:1', cluster: seeds }), {}))).toContain('exactly one of url');
+    expect(configError(() => parseConfig(withStore({}), {}))).toContain('exactly one of url');
+    expect(configError(() => parseConfig(withStore({ cluster: [] }), {}))).toContain('store.cluster');
+    expect(configError(() => parseConfig(withStore({ cluster: ['http://10.0.0.1:6379'] }), {}))).toContain('store.cluster.0');
+    expect(configError(() => parseConfig(withStore({ cluster: seeds, keyPrefix: 'a{b}:' }), {}))).toContain('store.keyPrefix');
+    expect(configError(() => parseConfig(withStore({ cluster: seeds, waitReplicas: -1 }), {}))).toContain('store.waitReplicas');
+  });
 });

@@ -397,7 +397,7 @@ describe('two gateway replicas sharing one Redis', () => {
 
     const cli = spawnCli(['migrate', '--from', `sqlite:${sqlitePath}`, '--to', redis.url, '--key-prefix', migratedPrefix], { cwd: workDir });
     expect((await cli.exited).code, cli.output()).toBe(0);
-    expect(JSON.parse(cli.stdout())).toEqual({ teams: 1, keys: 1, usageRows: 1, day, credits: 240 });
+    expect(JSON.parse(cli.stdout())).toMatchObject({ teams: 1, keys: 1, usageRows: 1, hourlyUsageRows: 1, toDay: day, credits: 240 });
 
     const target = await openStore({ driver: 'redis', url: redis.url, keyPrefix: migratedPrefix, usageRetentionDays: 35, commandTimeoutMs: 2_000, failOpen: false });
     const tg = await startTestGateway({

@@ -1,7 +1,8 @@
 // The Store contract (docs/store.md: one interface, two drivers): every method of
-// src/store/types.ts, run unchanged against the embedded SQLite driver and the Redis driver
-// (a real redis-server on loopback, a fresh key prefix per test). Snapshots are exported from
-// one driver and imported into the other, as `tollgate migrate` does.
+// src/store/types.ts, run unchanged against the embedded SQLite driver, the Redis driver on one
+// Redis (a real redis-server on loopback) and on Redis Cluster (six real redis-servers, three
+// masters and three replicas), a fresh key prefix per test. Snapshots are exported from one
+// driver and imported into another, as `tollgate migrate` does.
 
 import { randomBytes } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
@@ -11,13 +12,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { openStore, StoreConflictError, type ApiKey, type KeySettings, type ChargeSubject, type LedgerResult, type Store, type StoreSnapshot, type Team } from '../src/store/index.js';
-import { useRedis } from './helpers/redis.js';
+import { useRedis, useRedisCluster } from './helpers/redis.js';
 import { EMPTY_SETTINGS } from '../src/auth/key-settings.js';
 
 // ---------------------------------------------------------------------------------------------
 // Drivers
 
 const redis = useRedis();
+const cluster = useRedisCluster();
 const tempDir = mkdtempSync(join(tmpdir(), 'tollgate-store-contract-'));
 afterAll(() => rmSync(tempDir, { recursive: true, force: true }));
 
@@ -35,21 +37,17 @@ interface Backing {
   config: StoreConfig;
 }
 
-type DriverName = 'sqlite' | 'redis';
+type DriverName = 'sqlite' | 'redis' | 'redis-cluster';
 
 async function freshBacking(driver: DriverName): Promise<Backing> {
   counter += 1;
+  const redisConfig = { driver: 'redis' as const, keyPrefix: `contract:${counter}:${randomBytes(4).toString('hex')}:`, usageRetentionDays: 35, commandTimeoutMs: 5_000, failOpen: false };
   const config: StoreConfig =
     driver === 'sqlite'
       ? { driver: 'sqlite', path: join(tempDir, `contract-${counter}.db`) }
-      : {
-          driver: 'redis',
-          url: redis.url,
-          keyPrefix: `contract:${counter}:${randomBytes(4).toString('hex')}:`,
-          usageRetentionDays: 35,
-          commandTimeoutMs: 5_000,
-          failOpen: false,
-        };
+      : driver === 'redis'
+        ? { ...redisConfig, url: redis.url }
+        : { ...redisConfig, cluster: cluster.get().seeds };
   const another = async () => {
     const store = await openStore(config);
     opened.push(store);
@@ -108,7 +106,7 @@ const byId = <T extends { id: string }>(a: T, b: T) => (a.id < b.id ? -1 : a.id 
 /** A snapshot in a canonical order, for comparing what two drivers exported. */
 function canonical(snapshot: StoreSnapshot): StoreSnapshot {
   return {
-    day: snapshot.day,
+    ...snapshot,
     teams: [...snapshot.teams].sort(byId),
     keys: [...snapshot.keys]
       .sort(byId)
@@ -120,7 +118,7 @@ function canonical(snapshot: StoreSnapshot): StoreSnapshot {
 // ---------------------------------------------------------------------------------------------
 // The contract, per driver
 
-describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (driver) => {
+describe.each<DriverName>(['sqlite', 'redis', 'redis-cluster'])('Store contract: %s driver', (driver) => {
   describe('shared secrets', () => {
     it('the first candidate stored under a name wins, for every handle on the same data; names are separate', async () => {
       const { store, another } = await freshBacking(driver);
@@ -738,6 +736,9 @@ describe.each<DriverName>(['sqlite', 'redis'])('Store contract: %s driver', (dri
 describe.each<[DriverName, DriverName]>([
   ['sqlite', 'redis'],
   ['redis', 'sqlite'],
+  ['sqlite', 'redis-cluster'],
+  ['redis', 'redis-cluster'],
+  ['redis-cluster', 'sqlite'],
 ])('snapshot: export from %s, import into %s', (fromDriver, toDriver) => {
   it('keeps ids, secrets, rotation bounds, revocation, caps, and the day’s usage and totals', async () => {
     const { store: source } = await freshBacking(fromDriver);
@@ -781,8 +782,8 @@ describe.each<[DriverName, DriverName]>([
     ]);
     expect(await peek(source, teamB.id)).toBe(85);
 
-    const snapshot = await source.exportSnapshot(TODAY);
-    expect(snapshot.day).toBe(TODAY);
+    const snapshot = await source.exportSnapshot({ fromDay: TODAY, toDay: TODAY });
+    expect([snapshot.fromDay, snapshot.toDay]).toEqual([TODAY, TODAY]);
     expect(snapshot.teams).toHaveLength(2);
     expect(snapshot.keys).toHaveLength(4);
     expect(snapshot.usage.reduce((sum, row) => sum + row.credits, 0)).toBe(165);
@@ -818,11 +819,53 @@ describe.each<[DriverName, DriverName]>([
     expect(await charge(target, subject(teamA, keyCapped, { cost: 40 }))).toEqual({ ok: true, teamUsed: 200 });
 
     // The imported store exports what it was given (plus the charge just made).
-    const again = canonical(await target.exportSnapshot(TODAY));
+    const again = canonical(await target.exportSnapshot({ fromDay: TODAY, toDay: TODAY }));
     const expected = canonical(snapshot);
     expect(again.teams).toEqual(expected.teams);
     expect(again.keys).toEqual(expected.keys);
     expect(again.usage.reduce((sum, row) => sum + row.credits, 0)).toBe(205);
+  });
+
+  it('carries team tokens, alert settings, shared secrets, and the daily and hourly usage of every day in the range', async () => {
+    const { store: source } = await freshBacking(fromDriver);
+    const { store: target } = await freshBacking(toDriver);
+    const { team, key } = await teamWithKey(source, { dailyCredits: 10_000 });
+    const other = await teamWithKey(source, { dailyCredits: 10_000 });
+    const tokenHash = hash();
+    const token = await source.createTeamToken({ teamId: team.id, tokenHash, label: 'ci' });
+    const revokedHash = hash();
+    const revoked = await source.createTeamToken({ teamId: other.team.id, tokenHash: revokedHash });
+    await source.revokeTeamToken(revoked.id, 1_234);
+    await source.setAlertSettings(team.id, { thresholds: [50, 90], webhookUrl: 'http://127.0.0.1:9/hook', signingSecret: 'whsec_contract' });
+    const filterKey = await source.sharedSecret('filter-ids', randomBytes(32).toString('hex'));
+    await source.applyLedger([
+      { type: 'charge', subject: subject(team, key), nowMs: Date.now() },
+      { type: 'charge', subject: subject(team, key, { day: YESTERDAY }), nowMs: Date.now() },
+      { type: 'charge', subject: subject(other.team, other.key, { day: TWO_DAYS_AGO, cost: 5 }), nowMs: Date.now() },
+    ]);
+    // The target already has a key of its own under the same name: the imported one replaces it.
+    await target.sharedSecret('filter-ids', 'the target’s own');
+
+    const snapshot = await source.exportSnapshot({ fromDay: TWO_DAYS_AGO, toDay: TODAY });
+    expect(snapshot.teamTokens.map((entry) => entry.tokenHash).sort()).toEqual([tokenHash, revokedHash].sort());
+    expect(snapshot.sharedSecrets).toEqual([{ name: 'filter-ids', value: filterKey }]);
+    await target.importSnapshot(snapshot);
+
+    expect(await target.findTeamTokenByHash(tokenHash)).toEqual(token);
+    expect(await target.findTeamTokenByHash(revokedHash)).toEqual({ ...revoked, revokedAt: 1_234 });
+    expect(await target.listTeamTokens({ teamId: team.id })).toEqual([token]);
+    expect(await target.alertSettings(team.id)).toEqual({ thresholds: [50, 90], webhookUrl: 'http://127.0.0.1:9/hook', signingSecret: 'whsec_contract' });
+    expect(await target.alertSettings(other.team.id)).toBeNull();
+    expect(await target.sharedSecret('filter-ids', 'a new candidate')).toBe(filterKey);
+    for (const day of [TWO_DAYS_AGO, YESTERDAY, TODAY]) {
+      expect(await target.usage({ fromDay: day, toDay: day })).toEqual(await source.usage({ fromDay: day, toDay: day }));
+      for (const { team: each } of [{ team }, other]) {
+        expect(await target.hourlyUsage({ teamId: each.id, day })).toEqual(await source.hourlyUsage({ teamId: each.id, day }));
+        expect(await peek(target, each.id, day)).toBe(await peek(source, each.id, day));
+      }
+    }
+    expect((await target.hourlyUsage({ teamId: team.id, day: TODAY })).reduce((sum, row) => sum + row.credits, 0)).toBe(80);
+    expect(await peek(target, other.team.id, TWO_DAYS_AGO)).toBe(5);
   });
 
   it('refuses a snapshot whose team name exists in the target, and leaves the target as it was', async () => {
@@ -835,7 +878,7 @@ describe.each<[DriverName, DriverName]>([
     await source.createTeam({ name: clashName, dailyCredits: 100 });
     const existing = await target.createTeam({ name: clashName, dailyCredits: 5 });
 
-    await expect(target.importSnapshot(await source.exportSnapshot(TODAY))).rejects.toBeInstanceOf(StoreConflictError);
+    await expect(target.importSnapshot(await source.exportSnapshot({ fromDay: TODAY, toDay: TODAY }))).rejects.toBeInstanceOf(StoreConflictError);
     expect(await target.listTeams()).toEqual([existing]);
     expect(await target.findTeam(first.name)).toBeNull();
     // Nothing half-imported blocks a retry once the clash is resolved (here: a fresh team of that name works).

@@ -86,6 +86,23 @@ export interface Ledger {
   recoverReservations(olderThanMs: number): Promise<number>;
 }
 
+/**
+ * A batch only part of which was applied: a store whose operations of different teams commit
+ * separately (Redis Cluster, one commit per shard) met an error on some of them. `results` holds
+ * the result of each applied operation and undefined for the others, which failed with `cause`.
+ * Callers deliver the results they have: a team on a healthy shard is served while another
+ * shard is down.
+ */
+export class PartialLedgerError extends Error {
+  override name = 'PartialLedgerError';
+  constructor(
+    readonly results: ReadonlyArray<LedgerResult | undefined>,
+    override readonly cause: unknown,
+  ) {
+    super(`${results.filter((result) => result === undefined).length} of ${results.length} ledger operations failed: ${(cause as Error)?.message ?? String(cause)}`);
+  }
+}
+
 /** A driver's results, one per operation in order, typed by the caller's operations. */
 export function typedResults<Ops extends readonly LedgerOp[]>(_ops: Ops, results: readonly LedgerResult[]): LedgerResults<Ops> {
   return results as unknown as LedgerResults<Ops>;

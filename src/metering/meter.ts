@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { AdmissionResult, ChargeSubject, FinishResult, Ledger, LedgerDone, LedgerOp, LedgerResult, LedgerResultOf } from './ledger.js';
+import { PartialLedgerError, type AdmissionResult, type ChargeSubject, type FinishResult, type Ledger, type LedgerDone, type LedgerOp, type LedgerResult, type LedgerResultOf } from './ledger.js';
 
 /**
  * Sends ledger operations to the store in batches: every operation submitted during one
@@ -73,7 +73,13 @@ export function createMeter(ledger: Ledger, options: { now?: () => number } = {}
     if (batch.length === 0) return;
     const applied = ledger.applyLedger(batch.map((pending) => pending.op)).then(
       (results) => batch.forEach((pending, index) => pending.resolve(results[index]!)),
-      (error: unknown) => batch.forEach((pending) => pending.reject(error)),
+      (error: unknown) =>
+        batch.forEach((pending, index) => {
+          // Operations a partly failed batch did apply keep their results (they were charged).
+          const result = error instanceof PartialLedgerError ? error.results[index] : undefined;
+          if (result !== undefined) pending.resolve(result);
+          else pending.reject(error instanceof PartialLedgerError ? error.cause : error);
+        }),
     );
     inFlight = inFlight.then(() => applied);
   }

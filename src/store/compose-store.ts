@@ -1,3 +1,4 @@
+import { dayRange } from './day-range.js';
 import type { AlertStore, KeyDirectory, Ledger, SharedSecrets, Store, StoreSnapshot, TeamTokens, UsageReports } from './types.js';
 
 /** What a driver builds; {@link composeStore} makes the one {@link Store} of them. */
@@ -12,7 +13,11 @@ export interface StoreParts {
   hourlyUsage: UsageReports['hourlyUsage'];
   /** Team tokens, alert settings, event claims and webhook deliveries. */
   portal: TeamTokens & AlertStore;
-  /** Writes a snapshot's teams, keys and usage, all or nothing. */
+  /** Every team token with its hash, for a snapshot. */
+  teamTokensWithHashes(): Promise<StoreSnapshot['teamTokens']>;
+  /** Every shared secret, for a snapshot. */
+  sharedSecrets(): Promise<StoreSnapshot['sharedSecrets']>;
+  /** Writes a snapshot; a team name that exists already refuses it before anything is written. */
   importSnapshot(snapshot: StoreSnapshot): Promise<void>;
   ping(): Promise<void>;
   close(): Promise<void>;
@@ -28,8 +33,21 @@ export function composeStore(parts: StoreParts): Store {
     applyLedger: ledger.applyLedger,
     recoverReservations: ledger.recoverReservations,
     usage,
-    async exportSnapshot(day) {
-      return { ...(await directory.exportEntries()), day, usage: await usage({ fromDay: day, toDay: day }) };
+    async exportSnapshot({ fromDay, toDay }) {
+      const entries = await directory.exportEntries();
+      const days = dayRange(fromDay, toDay);
+      const hourly = await Promise.all(entries.teams.flatMap((team) => days.map((day) => parts.hourlyUsage({ teamId: team.id, day }))));
+      const alerts = await Promise.all(entries.teams.map(async (team) => ({ teamId: team.id, settings: await parts.portal.alertSettings(team.id) })));
+      return {
+        ...entries,
+        fromDay,
+        toDay,
+        usage: await usage({ fromDay, toDay }),
+        hourlyUsage: hourly.flat(),
+        teamTokens: await parts.teamTokensWithHashes(),
+        alertSettings: alerts.filter((entry): entry is StoreSnapshot['alertSettings'][number] => entry.settings !== null),
+        sharedSecrets: await parts.sharedSecrets(),
+      };
     },
     importSnapshot: parts.importSnapshot,
     sharedSecret: parts.sharedSecret,

@@ -52,6 +52,8 @@ export async function openStore(
     case 'redis':
       return createRedisStore({
         url: config.url,
+        cluster: config.cluster,
+        waitReplicas: config.waitReplicas,
         keyPrefix: config.keyPrefix,
         usageRetentionDays: config.usageRetentionDays,
         commandTimeoutMs: config.commandTimeoutMs,

@@ -1,4 +1,5 @@
-import type { ChainableCommander, Redis } from 'ioredis';
+import type { ChainableCommander, Cluster, Redis } from 'ioredis';
+import type { RedisKeyspace } from './redis-keyspace.js';
 import { newId } from './ids.js';
 import { ROTATE_SCRIPT } from './redis-scripts.js';
 import { StoreConflictError, type ApiKey, type KeySettings, type KeyDirectory, type KeyPatch, type KeyWithTeam, type NewKey, type NewTeam, type StoreSnapshot, type Team, type TeamPatch } from './types.js';
@@ -20,9 +21,9 @@ export interface RedisKeyDirectory extends KeyDirectory {
   importEntries(snapshot: Pick<StoreSnapshot, 'teams' | 'keys'>, multi: ChainableCommander): Promise<void>;
 }
 
-interface RedisWithRotate extends Redis {
+type RedisWithRotate = (Redis | Cluster) & {
   tgRotate(...keysAndArgs: Array<string | number>): Promise<number>;
-}
+};
 
 function teamFromHash(hash: Record<string, string>): Team | null {
   if (hash.id === undefined) return null;
@@ -76,31 +77,30 @@ const keyHash = (key: ApiKey) => ({
   settings: settingsText(key.settings),
 });
 
-export function createRedisKeyDirectory(client: Redis, options: { keyPrefix: string; now: () => number }): RedisKeyDirectory {
+export function createRedisKeyDirectory(client: Redis | Cluster, options: { keys: RedisKeyspace; now: () => number }): RedisKeyDirectory {
   const redis = client as RedisWithRotate;
   redis.defineCommand('tgRotate', { numberOfKeys: 3, lua: ROTATE_SCRIPT });
-  const p = options.keyPrefix;
-  const { now } = options;
+  const { keys: k, now } = options;
 
   async function readTeam(id: string): Promise<Team | null> {
-    return teamFromHash(await redis.hgetall(`${p}team:${id}`));
+    return teamFromHash(await redis.hgetall(k.team(id)));
   }
   async function readKey(id: string): Promise<ApiKey | null> {
-    return keyFromHash(await redis.hgetall(`${p}key:${id}`));
+    return keyFromHash(await redis.hgetall(k.key(id)));
   }
   /** Queues a team on `multi`. */
-  const addTeam = (multi: ChainableCommander, team: Team) => multi.hset(`${p}team:${team.id}`, teamHash(team)).zadd(`${p}teams`, team.createdAt, team.id);
+  const addTeam = (multi: ChainableCommander, team: Team) => multi.hset(k.team(team.id), teamHash(team)).zadd(k.teams, team.createdAt, team.id);
   /** Queues a key and its listings on `multi`. */
   const addKey = (multi: ChainableCommander, key: ApiKey) =>
-    multi.hset(`${p}key:${key.id}`, keyHash(key)).zadd(`${p}keys`, key.createdAt, key.id).zadd(`${p}team-keys:${key.teamId}`, key.createdAt, key.id);
+    multi.hset(k.key(key.id), keyHash(key)).zadd(k.keys, key.createdAt, key.id).zadd(k.teamKeys(key.teamId), key.createdAt, key.id);
   /** Queues a secret of a key on `multi`. */
   const addSecret = (multi: ChainableCommander, keyId: string, hash: string, validUntil: number | null) =>
-    multi.hset(`${p}secret:${hash}`, { keyId, validUntil: validUntil ?? '' }).sadd(`${p}key-secrets:${keyId}`, hash);
+    multi.hset(k.secret(hash), { keyId, validUntil: validUntil ?? '' }).sadd(k.keySecrets(keyId), hash);
 
   const directory: RedisKeyDirectory = {
     async createTeam(team: NewTeam) {
       const id = newId('team');
-      const claimed = await redis.set(`${p}team-name:${team.name}`, id, 'NX');
+      const claimed = await redis.set(k.teamName(team.name), id, 'NX');
       if (claimed === null) throw new StoreConflictError(`a team named "${team.name}" already exists`);
       const created: Team = { id, name: team.name, dailyCredits: team.dailyCredits, creditsPerSecond: team.creditsPerSecond ?? null, createdAt: now() };
       await addTeam(redis.multi(), created).exec();
@@ -109,7 +109,7 @@ export function createRedisKeyDirectory(client: Redis, options: { keyPrefix: str
     async findTeam(idOrName) {
       const byId = await readTeam(idOrName);
       if (byId !== null) return byId;
-      const id = await redis.get(`${p}team-name:${idOrName}`);
+      const id = await redis.get(k.teamName(idOrName));
       return id === null ? null : readTeam(id);
     },
     async listTeams() {
@@ -121,7 +121,7 @@ export function createRedisKeyDirectory(client: Redis, options: { keyPrefix: str
       const fields: Record<string, string | number> = {};
       if (patch.dailyCredits !== undefined) fields.dailyCredits = patch.dailyCredits;
       if (patch.creditsPerSecond !== undefined) fields.creditsPerSecond = patch.creditsPerSecond ?? '';
-      if (Object.keys(fields).length > 0) await redis.hset(`${p}team:${id}`, fields);
+      if (Object.keys(fields).length > 0) await redis.hset(k.team(id), fields);
       return readTeam(id);
     },
     async createKey(key: NewKey) {
@@ -141,9 +141,9 @@ export function createRedisKeyDirectory(client: Redis, options: { keyPrefix: str
       return (await readKey(created.id))!;
     },
     async findKeyBySecretHash(secretHash): Promise<KeyWithTeam | null> {
-      const secret = await redis.hgetall(`${p}secret:${secretHash}`);
+      const secret = await redis.hgetall(k.secret(secretHash));
       if (secret.keyId === undefined) return null;
-      const keyFields = await redis.hgetall(`${p}key:${secret.keyId}`);
+      const keyFields = await redis.hgetall(k.key(secret.keyId));
       const key = keyFromHash(keyFields);
       if (key === null) return null;
       const team = await readTeam(key.teamId);
@@ -156,7 +156,7 @@ export function createRedisKeyDirectory(client: Redis, options: { keyPrefix: str
       };
     },
     async listKeys(filter = {}) {
-      const ids = await redis.zrange(filter.teamId === undefined ? `${p}keys` : `${p}team-keys:${filter.teamId}`, '0', '-1');
+      const ids = await redis.zrange(filter.teamId === undefined ? k.keys : k.teamKeys(filter.teamId), '0', '-1');
       const keys = await Promise.all(ids.map(readKey));
       return keys.filter((key): key is ApiKey => key !== null);
     },
@@ -164,7 +164,7 @@ export function createRedisKeyDirectory(client: Redis, options: { keyPrefix: str
     async revokeKey(id, at) {
       const key = await readKey(id);
       if (key === null) return false;
-      if (key.revokedAt === null) await redis.hset(`${p}key:${id}`, 'revokedAt', at);
+      if (key.revokedAt === null) await redis.hset(k.key(id), 'revokedAt', at);
       return true;
     },
     async updateKey(id, patch: KeyPatch) {
@@ -176,26 +176,26 @@ export function createRedisKeyDirectory(client: Redis, options: { keyPrefix: str
       if (patch.expiresAt !== undefined) fields.expiresAt = patch.expiresAt ?? '';
       if (patch.settings !== undefined) fields.settings = settingsText(patch.settings);
       if (patch.keySecretHash !== undefined) fields.keySecretHash = patch.keySecretHash ?? '';
-      if (Object.keys(fields).length > 0) await redis.hset(`${p}key:${id}`, fields);
+      if (Object.keys(fields).length > 0) await redis.hset(k.key(id), fields);
       return readKey(id);
     },
     async rotateKey(id, newSecretHash, previousValidUntil) {
-      const rotated = await redis.tgRotate(`${p}key:${id}`, `${p}key-secrets:${id}`, `${p}secret:${newSecretHash}`, p, newSecretHash, previousValidUntil, id);
+      const rotated = await redis.tgRotate(k.key(id), k.keySecrets(id), k.secret(newSecretHash), k.secretPrefix, newSecretHash, previousValidUntil, id);
       return rotated === 1;
     },
-    teamIds: () => redis.zrange(`${p}teams`, '0', '-1'),
+    teamIds: () => redis.zrange(k.teams, '0', '-1'),
     async exportEntries() {
       const keys = await directory.listKeys();
       const withSecrets = await Promise.all(
         keys.map(async (key) => {
-          const hashes = await redis.smembers(`${p}key-secrets:${key.id}`);
+          const hashes = await redis.smembers(k.keySecrets(key.id));
           const secrets = await Promise.all(
             hashes.map(async (hash) => {
-              const validUntil = await redis.hget(`${p}secret:${hash}`, 'validUntil');
+              const validUntil = await redis.hget(k.secret(hash), 'validUntil');
               return { hash, validUntil: validUntil === null || validUntil === '' ? null : Number(validUntil) };
             }),
           );
-          const keySecretHash = await redis.hget(`${p}key:${key.id}`, 'keySecretHash');
+          const keySecretHash = await redis.hget(k.key(key.id), 'keySecretHash');
           return { ...key, secrets, keySecretHash: keySecretHash === null || keySecretHash === '' ? null : keySecretHash };
         }),
       );
@@ -204,18 +204,18 @@ export function createRedisKeyDirectory(client: Redis, options: { keyPrefix: str
     async importEntries(snapshot, multi) {
       const claimed: string[] = [];
       for (const team of snapshot.teams) {
-        if ((await redis.set(`${p}team-name:${team.name}`, team.id, 'NX')) === null) {
+        if ((await redis.set(k.teamName(team.name), team.id, 'NX')) === null) {
           // Release the names this import claimed, so that a refused import leaves nothing behind
           // and can be retried once the clash is resolved.
           if (claimed.length > 0) await redis.del(...claimed);
           throw new StoreConflictError(`a team named "${team.name}" already exists`);
         }
-        claimed.push(`${p}team-name:${team.name}`);
+        claimed.push(k.teamName(team.name));
       }
       for (const team of snapshot.teams) addTeam(multi, team);
       for (const key of snapshot.keys) {
         addKey(multi, key);
-        if (key.keySecretHash != null) multi.hset(`${p}key:${key.id}`, 'keySecretHash', key.keySecretHash);
+        if (key.keySecretHash != null) multi.hset(k.key(key.id), 'keySecretHash', key.keySecretHash);
         for (const secret of key.secrets) addSecret(multi, key.id, secret.hash, secret.validUntil);
       }
     },

@@ -1,10 +1,12 @@
-import type { ChainableCommander, Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { decideLedger, type LedgerCounters, type LedgerDecision, type LedgerDeltas } from '../metering/ledger-rule.js';
-import { typedResults, type Ledger, type LedgerOp, type LedgerResult } from '../metering/ledger.js';
+import { PartialLedgerError, typedResults, type Ledger, type LedgerOp, type LedgerResult } from '../metering/ledger.js';
 import { usageHour } from '../metering/usage-hour.js';
 import { isLocalOwnerDead, LOCAL_OWNER_PREFIX, PROCESS_OWNER_TAG } from './owner.js';
-import { APPLY_SCRIPT, RESERVATION_FIELDS, STALE_RESERVATIONS_SCRIPT } from './redis-scripts.js';
-import type { HourlyUsageQuery, HourlyUsageRow, UsageQuery, UsageRow } from './types.js';
+import type { RedisConnection } from './redis-client.js';
+import type { RedisKeyspace } from './redis-keyspace.js';
+import { APPLY_SCRIPT, CROSS_SLOT_SHEBANG, RESERVATION_FIELDS, STALE_RESERVATIONS_SCRIPT } from './redis-scripts.js';
+import { usageField } from './redis-usage.js';
 
 /**
  * The Redis driver's ledger: optimistic, with the credit rule in TypeScript (ledger-rule.ts).
@@ -17,27 +19,30 @@ import type { HourlyUsageQuery, HourlyUsageRow, UsageQuery, UsageRow } from './t
  *
  * Batches of one store are committed one at a time; those that arrive meanwhile are committed
  * together next (so they never conflict with each other), each still applied in order.
+ *
+ * On Redis Cluster a batch is split by the master its teams' slots live on (the operations of
+ * different teams never read each other's counters): one script call per master per batch, all
+ * masters at once. A settle or refund names only its reservation: the team is the one its reserve
+ * named, remembered by this store; a reservation another process made is looked up in the teams'
+ * reservation indexes (the gateway never does that: a process settles its own reservations).
  */
 
-export interface RedisLedger extends Ledger {
-  /** Queues on `multi` a snapshot's usage rows and the day totals they make up. */
-  importUsage(rows: readonly UsageRow[], multi: ChainableCommander): void;
-  /** Settled usage of the given teams, day by day, unordered. */
-  usageOf(teamIds: readonly string[], query: UsageQuery): Promise<UsageRow[]>;
-  hourlyUsage(query: HourlyUsageQuery): Promise<HourlyUsageRow[]>;
-}
-
 export interface RedisLedgerOptions {
-  keyPrefix: string;
+  keys: RedisKeyspace;
   now: () => number;
   /** Seconds a day's counters and usage live after being written. */
   retentionSeconds(day: string): number;
+  /** Every team id (Redis Cluster: the sweep visits each team's reservation index). */
+  teamIds(): Promise<string[]>;
+  /** Replica acknowledgements each commit waits for (`WAIT`); 0: none. */
+  waitReplicas: number;
+  commandTimeoutMs: number;
 }
 
-interface RedisWithLedgerScripts extends Redis {
+type ScriptClient = (Redis | Cluster) & {
   tgApply(numberOfKeys: number, ...keysAndArgs: Array<string | number>): Promise<Array<string | number>>;
-  tgStaleReservations(reservationsKey: string, ...args: Array<string | number>): Promise<string[]>;
-}
+  tgStaleReservations(numberOfKeys: number, ...keysAndArgs: Array<string | number>): Promise<string[]>;
+};
 
 /** Values as APPLY_SCRIPT compares them, one per field: '' when absent, '=' + value when present. */
 type Seen = readonly string[];
@@ -48,20 +53,16 @@ const BUCKET_FIELDS: readonly string[] = ['tokens', 'at'];
 const BUCKET_MIN_TTL_MS = 60_000;
 /** Attempts of one batch before it fails as a store error; each failed attempt means another replica committed. */
 const MAX_ATTEMPTS = 50;
+/** Times a batch is split again after the cluster moved a slot under it (the script fails before writing then). */
+const MAX_REGROUPS = 3;
 /** Values remembered before the memory is dropped (each is checked when used, so forgetting is always safe). */
 const MAX_KNOWN = 100_000;
+/** Redis refuses a script whose keys left its node: nothing was written, the batch is split again. */
+const MOVED_KEY_ERROR = /non local key|CROSSSLOT|MOVED|ASK /i;
 
 const seen = (value: string | number): string => `=${value}`;
 const valueOf = (encoded: string | undefined): string | undefined => (encoded === undefined || encoded === '' ? undefined : encoded.slice(1));
 const absent = (fields: readonly string[]): Seen => (fields.length === 0 ? [''] : fields.map(() => ''));
-
-function dayRange(fromDay: string, toDay: string): string[] {
-  const days: string[] = [];
-  for (let at = Date.parse(`${fromDay}T00:00:00Z`); at <= Date.parse(`${toDay}T00:00:00Z`); at += 86_400_000) {
-    days.push(new Date(at).toISOString().slice(0, 10));
-  }
-  return days;
-}
 
 interface Check {
   fields: readonly string[];
@@ -74,27 +75,49 @@ interface Pending {
   reject: (error: unknown) => void;
 }
 
-export function createRedisLedger(client: Redis, options: RedisLedgerOptions): RedisLedger {
-  const redis = client as RedisWithLedgerScripts;
-  redis.defineCommand('tgApply', { lua: APPLY_SCRIPT });
-  redis.defineCommand('tgStaleReservations', { numberOfKeys: 1, lua: STALE_RESERVATIONS_SCRIPT });
-  const p = options.keyPrefix;
+/** Operations of one master, with their places in the batch. */
+interface Group {
+  ops: LedgerOp[];
+  at: number[];
+}
+
+export function createRedisLedger(connection: RedisConnection, options: RedisLedgerOptions): Ledger {
+  const redis = connection.client as ScriptClient;
+  const shebang = connection.clustered ? CROSS_SLOT_SHEBANG : '';
+  redis.defineCommand('tgApply', { lua: shebang + APPLY_SCRIPT });
+  redis.defineCommand('tgStaleReservations', { lua: shebang + STALE_RESERVATIONS_SCRIPT });
+  const { keys } = options;
   const owner = PROCESS_OWNER_TAG;
-  const reservationsKey = `${p}reservations`;
-  const teamKey = (teamId: string, day: string) => `${p}used:team:${teamId}:${day}`;
-  const keyKey = (keyId: string, day: string) => `${p}used:key:${keyId}:${day}`;
-  const bucketKey = (teamId: string) => `${p}bucket:${teamId}`;
-  const reservationKey = (id: string) => `${p}resv:${id}`;
-  const creditsKey = (teamId: string, day: string) => `${p}usage:c:${teamId}:${day}`;
-  const requestsKey = (teamId: string, day: string) => `${p}usage:r:${teamId}:${day}`;
-  /** Hash `c\t<keyId>\t<hour>` -> credits, `r\t<keyId>\t<hour>` -> requests. */
-  const hoursKey = (teamId: string, day: string) => `${p}usage:h:${teamId}:${day}`;
-  const usageField = (row: { keyId: string; network: string; method: string }) => `${row.keyId}\t${row.network}\t${row.method}`;
+  const waitTimeoutMs = Math.max(1, Math.floor(options.commandTimeoutMs * 0.8));
   /** What this store last saw of each value it read or wrote. */
   const known = new Map<string, Seen>();
+  /** The team of each reservation this store made (or found) and has not seen end. */
+  const reservationTeams = new Map<string, string>();
+
+  /** The team each operation charges, or undefined for a settle or refund of a reservation unknown here. */
+  function teamOf(op: LedgerOp, batchReservations: Map<string, string>): string | undefined {
+    switch (op.type) {
+      case 'reserve':
+        batchReservations.set(op.reservationId, op.subject.teamId);
+        return op.subject.teamId;
+      case 'charge':
+      case 'reverse':
+        return op.subject.teamId;
+      case 'peek':
+        return op.teamId;
+      default:
+        return batchReservations.get(op.reservationId) ?? reservationTeams.get(op.reservationId);
+    }
+  }
 
   /** Decides a batch against the known values, recording each value it read. */
-  function decide(ops: readonly LedgerOp[]): { decision: LedgerDecision; checks: Map<string, Check> } {
+  function decide(ops: readonly LedgerOp[]): { decision: LedgerDecision; checks: Map<string, Check>; keyTeams: Map<string, string> } {
+    const keyTeams = new Map<string, string>();
+    const batchReservations = new Map<string, string>();
+    for (const op of ops) {
+      if (op.type === 'reserve' || op.type === 'charge' || op.type === 'reverse') keyTeams.set(op.subject.keyId, op.subject.teamId);
+      teamOf(op, batchReservations);
+    }
     const checks = new Map<string, Check>();
     const read = (key: string, fields: readonly string[]): Seen => {
       let check = checks.get(key);
@@ -105,30 +128,32 @@ export function createRedisLedger(client: Redis, options: RedisLedgerOptions): R
       return check.seen;
     };
     const counters: LedgerCounters = {
-      teamUsed: (teamId, day) => Number(valueOf(read(teamKey(teamId, day), STRING_VALUE)[0]) ?? 0),
-      keyUsed: (keyId, day) => Number(valueOf(read(keyKey(keyId, day), STRING_VALUE)[0]) ?? 0),
+      teamUsed: (teamId, day) => Number(valueOf(read(keys.teamDay(teamId, day), STRING_VALUE)[0]) ?? 0),
+      keyUsed: (keyId, day) => Number(valueOf(read(keys.keyDay(keyTeams.get(keyId) ?? '', keyId, day), STRING_VALUE)[0]) ?? 0),
       bucket(teamId) {
-        const [tokens, at] = read(bucketKey(teamId), BUCKET_FIELDS).map(valueOf);
+        const [tokens, at] = read(keys.bucket(teamId), BUCKET_FIELDS).map(valueOf);
         return tokens === undefined || at === undefined ? undefined : { tokens: Number(tokens), at: Number(at) };
       },
       reservation(id) {
-        const [teamId, keyId, day, network, method, cost] = read(reservationKey(id), RESERVATION_FIELDS).map(valueOf);
+        const team = batchReservations.get(id) ?? reservationTeams.get(id) ?? '';
+        const [teamId, keyId, day, network, method, cost] = read(keys.reservation(team, id), RESERVATION_FIELDS).map(valueOf);
         if (teamId === undefined || keyId === undefined || day === undefined || network === undefined || method === undefined) return undefined;
+        keyTeams.set(keyId, teamId);
         return { teamId, keyId, day, network, method, cost: Number(cost) };
       },
     };
-    return { decision: decideLedger(ops, counters), checks };
+    return { decision: decideLedger(ops, counters), checks, keyTeams };
   }
 
   /** APPLY_SCRIPT's keys and arguments for a decision, and what this store knows once it is applied. */
-  function command(checks: Map<string, Check>, deltas: LedgerDeltas): { keysAndArgs: Array<string | number>; keyCount: number; learned: Map<string, Seen | undefined> } {
-    const keys: string[] = [];
+  function command(checks: Map<string, Check>, deltas: LedgerDeltas, keyTeams: ReadonlyMap<string, string>): { keysAndArgs: Array<string | number>; keyCount: number; learned: Map<string, Seen | undefined> } {
+    const names: string[] = [];
     const indexes = new Map<string, number>();
     const index = (key: string): number => {
       let found = indexes.get(key);
       if (found === undefined) {
-        keys.push(key);
-        found = keys.length;
+        names.push(key);
+        found = names.length;
         indexes.set(key, found);
       }
       return found;
@@ -157,47 +182,54 @@ export function createRedisLedger(client: Redis, options: RedisLedgerOptions): R
       const before = learned.get(key) ?? known.get(key);
       if (before !== undefined) learned.set(key, [seen(Number(valueOf(before[0]) ?? 0) + delta)]);
     };
-    for (const { id, day, delta } of deltas.teamDays) add(teamKey(id, day), day, delta);
-    for (const { id, day, delta } of deltas.keyDays) add(keyKey(id, day), day, delta);
+    for (const { id, day, delta } of deltas.teamDays) add(keys.teamDay(id, day), day, delta);
+    for (const { id, day, delta } of deltas.keyDays) add(keys.keyDay(keyTeams.get(id) ?? '', id, day), day, delta);
     for (const row of deltas.usage) {
-      write('hincrby', index(creditsKey(row.teamId, row.day)), usageField(row), row.credits, ttl(row.day));
-      write('hincrby', index(requestsKey(row.teamId, row.day)), usageField(row), row.requests, ttl(row.day));
+      write('hincrby', index(keys.usageCredits(row.teamId, row.day)), usageField(row), row.credits, ttl(row.day));
+      write('hincrby', index(keys.usageRequests(row.teamId, row.day)), usageField(row), row.requests, ttl(row.day));
       const hour = usageHour(row.day, options.now());
-      write('hincrby', index(hoursKey(row.teamId, row.day)), `c\t${row.keyId}\t${hour}`, row.credits, ttl(row.day));
-      write('hincrby', index(hoursKey(row.teamId, row.day)), `r\t${row.keyId}\t${hour}`, row.requests, ttl(row.day));
+      write('hincrby', index(keys.usageHours(row.teamId, row.day)), `c\t${row.keyId}\t${hour}`, row.credits, ttl(row.day));
+      write('hincrby', index(keys.usageHours(row.teamId, row.day)), `r\t${row.keyId}\t${hour}`, row.requests, ttl(row.day));
     }
     for (const bucket of deltas.buckets) {
-      const key = bucketKey(bucket.teamId);
+      const key = keys.bucket(bucket.teamId);
       const tokens = String(bucket.tokens);
       const at = String(bucket.at);
       write('hset', index(key), Math.max(BUCKET_MIN_TTL_MS, bucket.fullInMs), 2, 'tokens', tokens, 'at', at);
       learned.set(key, [seen(tokens), seen(at)]);
     }
     for (const row of deltas.reserved) {
-      const key = reservationKey(row.id);
+      const key = keys.reservation(row.teamId, row.id);
       write('hset', index(key), 0, 8, 'teamId', row.teamId, 'keyId', row.keyId, 'day', row.day, 'network', row.network, 'method', row.method, 'cost', row.cost, 'owner', owner, 'createdAt', row.createdAt);
-      write('zadd', index(reservationsKey), row.createdAt, row.id);
+      write('zadd', index(keys.reservations(row.teamId)), row.createdAt, row.id);
       learned.set(key, RESERVATION_FIELDS.map((field) => seen(row[field])));
     }
     for (const id of deltas.ended) {
-      write('del', index(reservationKey(id)));
-      write('zrem', index(reservationsKey), id);
-      learned.set(reservationKey(id), undefined);
+      const teamId = reservationTeams.get(id) ?? '';
+      write('del', index(keys.reservation(teamId, id)));
+      write('zrem', index(keys.reservations(teamId)), id);
+      learned.set(keys.reservation(teamId, id), undefined);
     }
-    return { keysAndArgs: [...keys, ...compared, writeCount, ...writes], keyCount: keys.length, learned };
+    // One key declared (it routes the call to its node); the others ride as arguments.
+    const declared = connection.clustered ? 1 : names.length;
+    const extra = names.slice(declared);
+    return { keysAndArgs: [...names.slice(0, declared), extra.length, ...extra, ...compared, writeCount, ...writes], keyCount: declared, learned };
   }
 
-  async function commit(ops: readonly LedgerOp[]): Promise<LedgerResult[]> {
-    if (known.size > MAX_KNOWN) known.clear();
+  async function commitGroup(ops: readonly LedgerOp[]): Promise<LedgerResult[]> {
     for (let attempt = 1; ; attempt += 1) {
-      const { decision, checks } = decide(ops);
-      const { keysAndArgs, keyCount, learned } = command(checks, decision.deltas);
-      const reply = await redis.tgApply(keyCount, ...keysAndArgs);
+      const { decision, checks, keyTeams } = decide(ops);
+      const { keysAndArgs, keyCount, learned } = command(checks, decision.deltas, keyTeams);
+      const reply = await apply1(keysAndArgs, keyCount);
       if (reply[0] === 1) {
         for (const [key, value] of learned) {
           if (value === undefined) known.delete(key);
           else known.set(key, value);
         }
+        // A settle or refund ends its reservation, or finds it gone: either way it is not needed again.
+        for (const op of ops) if (op.type === 'settle' || op.type === 'refund') reservationTeams.delete(op.reservationId);
+        for (const row of decision.deltas.reserved) reservationTeams.set(row.id, row.teamId);
+        ops.forEach((op, index) => op.type === 'reserve' && !decision.results[index]!.ok && reservationTeams.delete(op.reservationId));
         return decision.results;
       }
       // Another replica committed since these values were seen: the reply holds the current ones.
@@ -209,6 +241,107 @@ export function createRedisLedger(client: Redis, options: RedisLedgerOptions): R
       }
       if (attempt === MAX_ATTEMPTS) throw new Error(`a ledger batch met concurrent changes ${MAX_ATTEMPTS} times in a row`);
     }
+  }
+
+  /** One APPLY_SCRIPT call; with `waitReplicas`, then WAIT on the same master in the same pipeline. */
+  async function apply1(keysAndArgs: Array<string | number>, keyCount: number): Promise<Array<string | number>> {
+    if (options.waitReplicas === 0) return redis.tgApply(keyCount, ...keysAndArgs);
+    const pipeline = redis.pipeline() as ReturnType<typeof redis.pipeline> & { tgApply(n: number, ...rest: Array<string | number>): unknown };
+    pipeline.tgApply(keyCount, ...keysAndArgs);
+    // WAIT gives up a little before the client would, so a slow acknowledgement is reported as such.
+    pipeline.wait(options.waitReplicas, waitTimeoutMs);
+    const [[applyError, reply], [waitError, acknowledged]] = (await pipeline.exec()) as [[Error | null, Array<string | number>], [Error | null, number]];
+    if (applyError !== null) throw applyError;
+    if (waitError !== null) throw waitError;
+    if (reply[0] === 1 && acknowledged < options.waitReplicas) {
+      throw new Error(`a ledger commit reached ${acknowledged} of ${options.waitReplicas} replicas within ${waitTimeoutMs} ms`);
+    }
+    return reply;
+  }
+
+  /** Finds the teams of reservations this store does not know (made by another process), in every team's index. */
+  /** Returns the first error met (a team's index unreachable): an id not found then may live there. */
+  async function locate(ids: readonly string[]): Promise<unknown> {
+    let unreachable: unknown;
+    const teams = await options.teamIds().catch((error: unknown) => {
+      unreachable = error;
+      return [];
+    });
+    await Promise.all(
+      teams.map(async (teamId) => {
+        try {
+          const scores = await redis.zmscore(keys.reservations(teamId), ...ids);
+          scores.forEach((score, index) => score !== null && reservationTeams.set(ids[index]!, teamId));
+        } catch (error) {
+          unreachable ??= error;
+        }
+      }),
+    );
+    return unreachable;
+  }
+
+  /**
+   * Splits a batch by master (one group with one Redis), operations kept in order within each.
+   * A settle or refund of a reservation not found while some team's index was unreachable goes
+   * to a group that fails with that error (only it: the others still commit).
+   */
+  async function split(ops: readonly LedgerOp[]): Promise<Map<string, Group & { error?: unknown }>> {
+    const groups = new Map<string, Group & { error?: unknown }>();
+    if (!connection.clustered) {
+      groups.set('redis', { ops: [...ops], at: ops.map((_, index) => index) });
+      return groups;
+    }
+    const unknown: string[] = [];
+    for (const op of ops) {
+      // A reservation's team is known from its reserve on, whatever became of the commit: a
+      // refund retried after a failed reserve goes to the team's master.
+      if (op.type === 'reserve') reservationTeams.set(op.reservationId, op.subject.teamId);
+      else if ((op.type === 'settle' || op.type === 'refund') && !reservationTeams.has(op.reservationId)) unknown.push(op.reservationId);
+    }
+    const unreachable = unknown.length > 0 ? await locate(unknown) : undefined;
+    const batchReservations = new Map<string, string>();
+    ops.forEach((op, index) => {
+      const team = teamOf(op, batchReservations);
+      // A reservation found nowhere: any node answers `reservation_gone` for it.
+      const node = team !== undefined ? connection.nodeOf(keys.teamDay(team, '')) : unreachable === undefined ? '' : 'unreachable';
+      let group = groups.get(node);
+      if (group === undefined) groups.set(node, (group = { ops: [], at: [], error: node === 'unreachable' ? unreachable : undefined }));
+      group.ops.push(op);
+      group.at.push(index);
+    });
+    return groups;
+  }
+
+  async function commit(ops: readonly LedgerOp[]): Promise<LedgerResult[]> {
+    if (known.size > MAX_KNOWN) known.clear();
+    if (reservationTeams.size > MAX_KNOWN) reservationTeams.clear();
+    // Filled, not sparse: a hole would be skipped by every() and some().
+    const results: Array<LedgerResult | undefined> = ops.map(() => undefined);
+    let pending = ops.map((_, index) => index);
+    for (let round = 1; pending.length > 0; round += 1) {
+      const groups = await split(pending.map((index) => ops[index]!));
+      const again: number[] = [];
+      const failures: unknown[] = [];
+      await Promise.all(
+        [...groups.values()].map(async (group) => {
+          try {
+            if (group.error !== undefined) throw group.error;
+            const groupResults = await commitGroup(group.ops);
+            group.at.forEach((at, index) => (results[pending[at]!] = groupResults[index]!));
+          } catch (error) {
+            if (round < MAX_REGROUPS && connection.clustered && MOVED_KEY_ERROR.test((error as Error).message)) again.push(...group.at.map((at) => pending[at]!));
+            else failures.push(error);
+          }
+        }),
+      );
+      if (failures.length > 0) {
+        if (results.some((result) => result !== undefined)) throw new PartialLedgerError(results, failures[0]);
+        throw failures[0];
+      }
+      if (again.length > 0) await connection.refreshSlots();
+      pending = again.sort((a, b) => a - b);
+    }
+    return results as LedgerResult[];
   }
 
   let queue: Pending[] = [];
@@ -226,7 +359,14 @@ export function createRedisLedger(client: Redis, options: RedisLedgerOptions): R
           offset += pending.ops.length;
         }
       } catch (error) {
-        for (const pending of group) pending.reject(error);
+        let offset = 0;
+        for (const pending of group) {
+          const mine = error instanceof PartialLedgerError ? error.results.slice(offset, offset + pending.ops.length) : [];
+          offset += pending.ops.length;
+          if (mine.length > 0 && mine.every((result) => result !== undefined)) pending.resolve(mine as LedgerResult[]);
+          else if (mine.some((result) => result !== undefined)) pending.reject(new PartialLedgerError(mine, (error as PartialLedgerError).cause));
+          else pending.reject(error instanceof PartialLedgerError ? error.cause : error);
+        }
       }
     }
     committing = false;
@@ -239,62 +379,51 @@ export function createRedisLedger(client: Redis, options: RedisLedgerOptions): R
     });
   }
 
+  /** Every reservation index, grouped by the master it lives on. */
+  async function reservationIndexes(): Promise<Array<Array<{ index: string; prefix: string }>>> {
+    if (!connection.clustered) return [[{ index: keys.reservations(''), prefix: keys.reservationPrefix('') }]];
+    const byNode = new Map<string, Array<{ index: string; prefix: string }>>();
+    for (const teamId of await options.teamIds()) {
+      const index = keys.reservations(teamId);
+      const node = connection.nodeOf(index);
+      const list = byNode.get(node);
+      const entry = { index, prefix: keys.reservationPrefix(teamId) };
+      if (list === undefined) byNode.set(node, [entry]);
+      else list.push(entry);
+    }
+    return [...byNode.values()];
+  }
+
   return {
     async applyLedger(ops) {
       return typedResults(ops, await apply(ops));
     },
     async recoverReservations(olderThanMs) {
-      const found = await redis.tgStaleReservations(reservationsKey, p, owner, options.now() - olderThanMs, LOCAL_OWNER_PREFIX);
+      const cutoff = options.now() - olderThanMs;
+      const found = (
+        await Promise.all(
+          (await reservationIndexes()).map(([first, ...others]) =>
+            redis.tgStaleReservations(1, first!.index, cutoff, owner, first!.prefix, ...others.flatMap(({ index, prefix }) => [index, prefix])),
+          ),
+        )
+      ).flat();
+      // Other processes' reservations: refunded when the process's heartbeat expired, or (this
+      // host's processes) when its pid is gone.
+      const owners = [...new Set(found.filter((_, at) => at % 9 === 2))];
+      const alive = new Set<string>();
+      await Promise.all(owners.map(async (tag) => (await redis.exists(keys.owner(tag))) === 1 && alive.add(tag)));
       const refunds: LedgerOp[] = [];
-      for (let at = 0; at + 11 <= found.length; at += 11) {
+      for (let at = 0; at + 9 <= found.length; at += 9) {
         const [id, why, reservationOwner] = found.slice(at, at + 3) as [string, string, string];
-        // Another process of this host whose heartbeat has not expired yet: dead if its pid is gone.
-        if (why === 'local' && !isLocalOwnerDead(reservationOwner)) continue;
+        if (why === 'other' && alive.has(reservationOwner) && !(reservationOwner.startsWith(LOCAL_OWNER_PREFIX) && isLocalOwnerDead(reservationOwner))) continue;
         const row = found.slice(at + 3, at + 9);
-        known.set(reservationKey(id), row);
-        const [teamId, keyId, day] = row.map(valueOf);
-        known.set(teamKey(teamId!, day!), [found[at + 9]!]);
-        known.set(keyKey(keyId!, day!), [found[at + 10]!]);
+        const teamId = valueOf(row[0])!;
+        known.set(keys.reservation(teamId, id), row);
+        reservationTeams.set(id, teamId);
         refunds.push({ type: 'refund', reservationId: id });
       }
       if (refunds.length === 0) return 0;
       return (await apply(refunds)).filter((result) => result.ok).length;
-    },
-    importUsage(rows, multi) {
-      for (const row of rows) {
-        const ttl = options.retentionSeconds(row.day);
-        multi.hincrby(creditsKey(row.teamId, row.day), usageField(row), row.credits).expire(creditsKey(row.teamId, row.day), ttl);
-        multi.hincrby(requestsKey(row.teamId, row.day), usageField(row), row.requests).expire(requestsKey(row.teamId, row.day), ttl);
-        multi.incrby(teamKey(row.teamId, row.day), row.credits).expire(teamKey(row.teamId, row.day), ttl);
-        multi.incrby(keyKey(row.keyId, row.day), row.credits).expire(keyKey(row.keyId, row.day), ttl);
-      }
-    },
-    async hourlyUsage(query) {
-      const hash = await redis.hgetall(hoursKey(query.teamId, query.day));
-      const rows = new Map<string, HourlyUsageRow>();
-      for (const [field, value] of Object.entries(hash)) {
-        const [kind, keyId, hour] = field.split('\t') as [string, string, string];
-        const id = `${keyId}\t${hour}`;
-        let row = rows.get(id);
-        if (row === undefined) rows.set(id, (row = { day: query.day, hour: Number(hour), teamId: query.teamId, keyId, credits: 0, requests: 0 }));
-        if (kind === 'c') row.credits = Number(value);
-        else row.requests = Number(value);
-      }
-      return [...rows.values()].sort((a, b) => (a.keyId === b.keyId ? a.hour - b.hour : a.keyId < b.keyId ? -1 : 1));
-    },
-    async usageOf(teamIds, query) {
-      const rows: UsageRow[] = [];
-      for (const day of dayRange(query.fromDay, query.toDay)) {
-        for (const teamId of teamIds) {
-          const [credits, requests] = await Promise.all([redis.hgetall(creditsKey(teamId, day)), redis.hgetall(requestsKey(teamId, day))]);
-          for (const [field, value] of Object.entries(credits)) {
-            const [keyId, network, method] = field.split('\t') as [string, string, string];
-            if (query.keyId !== undefined && keyId !== query.keyId) continue;
-            rows.push({ day, teamId, keyId, network, method, credits: Number(value), requests: Number(requests[field] ?? 0) });
-          }
-        }
-      }
-      return rows;
     },
   };
 }

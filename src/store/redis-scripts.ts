@@ -3,7 +3,7 @@
  * different machines can never both spend a team's last credits. None of them holds the credit
  * rule; that is ledger-rule.ts, in TypeScript, for both drivers.
  *
- * Key layout (all under the store's prefix):
+ * Key layout (one Redis; redis-keyspace.ts names every key, and Redis Cluster's hash tags):
  *   used:team:<teamId>:<day>   credits spent or reserved by a team on a UTC day
  *   used:key:<keyId>:<day>     the same for one key (for per-key caps)
  *   usage:c:<teamId>:<day>     hash <keyId>\t<network>\t<method> -> credits charged
@@ -15,6 +15,12 @@
  *   secret:<hash> {keyId, validUntil}, key-secrets:<keyId>   the key directory
  *   shared-secret:<name>       a value all replicas agree on (the filter ids' HMAC key)
  * Invariant: used:team = Σ usage:c + Σ reserved costs, per team and day.
+ *
+ * On Redis Cluster the apply and sweep scripts run once per master for the keys of several teams
+ * (several slots of that node): they declare one key (which routes the call to its node) and take
+ * the others as arguments, and carry the `allow-cross-slot-keys` flag (Redis 7.0 or newer), which
+ * lets a script touch keys of other slots of its own node. A key of another node makes the script
+ * fail on its first read, before it wrote anything; the driver then asks again where the keys are.
  */
 
 /**
@@ -23,8 +29,9 @@
  * is written and the current values are returned, so the driver decides again without another
  * read. Otherwise the writes are applied.
  *
- * KEYS: the keys compared, in order (KEYS[1..C]), then the keys only written.
- * ARGV: C; per compared key: F (0 for a string value), F field names, then max(F, 1) expected
+ * Keys: KEYS, then the E names given as ARGV[2..E+1] (ARGV[1] is E): the keys compared, in order
+ * (keys[1..C]), then the keys only written.
+ * ARGV after the key names: C; per compared key: F (0 for a string value), F field names, then max(F, 1) expected
  * values, each '' for absent or '=' .. value; then W; per write: an operation, a KEYS index and
  * its arguments:
  *   incrby  i n ttlSeconds          hincrby i field n ttlSeconds
@@ -39,18 +46,21 @@ local function arg()
   at = at + 1
   return value
 end
+local keys = {}
+for k = 1, #KEYS do keys[k] = KEYS[k] end
+for _ = 1, tonumber(arg()) do keys[#keys + 1] = arg() end
 local reply = {0}
 local conflict = false
 for c = 1, tonumber(arg()) do
   local fieldCount = tonumber(arg())
   local values
   if fieldCount == 0 then
-    values = {redis.call('GET', KEYS[c])}
+    values = {redis.call('GET', keys[c])}
     fieldCount = 1
   else
     local fields = {}
     for f = 1, fieldCount do fields[f] = arg() end
-    values = redis.call('HMGET', KEYS[c], unpack(fields))
+    values = redis.call('HMGET', keys[c], unpack(fields))
   end
   for f = 1, fieldCount do
     local seen = ''
@@ -64,7 +74,7 @@ if conflict then
 end
 for _ = 1, tonumber(arg()) do
   local op = arg()
-  local key = KEYS[tonumber(arg())]
+  local key = keys[tonumber(arg())]
   if op == 'incrby' then
     local n = arg()
     local ttl = arg()
@@ -97,59 +107,62 @@ end
 return {1}
 `;
 
+/** The shebang that lets a script touch keys of several slots of its node (Redis Cluster, Redis 7.0+). */
+export const CROSS_SLOT_SHEBANG = '#!lua flags=allow-cross-slot-keys\n';
+
 /** The reservation fields the credit rule reads, in the order the scripts return them. */
 export const RESERVATION_FIELDS = ['teamId', 'keyId', 'day', 'network', 'method', 'cost'] as const;
 
 /**
- * Finds the reservations the sweep should refund, in one call: those created before a cutoff,
- * those of another process whose heartbeat has expired ('dead'), and those of another process of
- * this host ('local': the caller checks whether that process still runs, which Redis cannot).
+ * Finds the reservations the sweep may have to refund, in one call per node: those created
+ * before a cutoff ('old'), and those of another process ('other': the driver then checks that
+ * process's heartbeat, and for a process of its own host its pid, which a script cannot).
  * Index entries whose reservation no longer exists are dropped on the way.
- * KEYS[1] reservations; ARGV = prefix, own owner tag, cutoff (epoch ms), this host's tag prefix.
- * Returns, per reservation found, 11 values: id, why ('old' | 'dead' | 'local'), owner, then
- * the RESERVATION_FIELDS and the team's and key's day totals, each encoded as APPLY_SCRIPT's
- * expected values ('' or '=' .. value), so that refunding them is one APPLY_SCRIPT call.
+ * KEYS[1] a reservations index; ARGV = cutoff (epoch ms), own owner tag, the start of the
+ * reservation keys KEYS[1] indexes (+ id gives the key), then pairs of another index and its
+ * start (Redis Cluster: the indexes of every team on this node).
+ * Returns, per reservation found, 9 values: id, why ('old' | 'other'), owner, then the
+ * RESERVATION_FIELDS, each encoded as APPLY_SCRIPT's expected values ('' or '=' .. value).
  */
 export const STALE_RESERVATIONS_SCRIPT = `
-local prefix, self, cutoff, host = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local cutoff, self = tonumber(ARGV[1]), ARGV[2]
 local function encoded(value)
   if value then return '=' .. value end
   return ''
 end
 local reply = {}
-for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local r = redis.call('HMGET', prefix .. 'resv:' .. id, 'owner', 'createdAt', 'teamId', 'keyId', 'day', 'network', 'method', 'cost')
-  local owner = r[1]
-  if not owner then
-    redis.call('ZREM', KEYS[1], id)
-  else
-    local why = nil
-    if tonumber(r[2] or '0') < cutoff then
-      why = 'old'
-    elseif owner ~= self then
-      if redis.call('EXISTS', prefix .. 'owner:' .. owner) == 0 then
-        why = 'dead'
-      elseif string.sub(owner, 1, #host) == host then
-        why = 'local'
+local function sweep(index, prefix)
+  for _, id in ipairs(redis.call('ZRANGE', index, 0, -1)) do
+    local r = redis.call('HMGET', prefix .. id, 'owner', 'createdAt', 'teamId', 'keyId', 'day', 'network', 'method', 'cost')
+    local owner = r[1]
+    if not owner then
+      redis.call('ZREM', index, id)
+    else
+      local why = nil
+      if tonumber(r[2] or '0') < cutoff then
+        why = 'old'
+      elseif owner ~= self then
+        why = 'other'
       end
-    end
-    if why then
-      reply[#reply + 1] = id
-      reply[#reply + 1] = why
-      reply[#reply + 1] = owner
-      for f = 3, 8 do reply[#reply + 1] = encoded(r[f]) end
-      reply[#reply + 1] = encoded(redis.call('GET', prefix .. 'used:team:' .. r[3] .. ':' .. r[5]))
-      reply[#reply + 1] = encoded(redis.call('GET', prefix .. 'used:key:' .. r[4] .. ':' .. r[5]))
+      if why then
+        reply[#reply + 1] = id
+        reply[#reply + 1] = why
+        reply[#reply + 1] = owner
+        for f = 3, 8 do reply[#reply + 1] = encoded(r[f]) end
+      end
     end
   end
 end
+sweep(KEYS[1], ARGV[3])
+for a = 4, #ARGV, 2 do sweep(ARGV[a], ARGV[a + 1]) end
 return reply
 `;
 
 /**
  * Rotates a key's secret atomically: every current secret of the key stays valid until the
  * bound, or its earlier bound from a previous rotation; the new secret is added.
- * KEYS = key:<id>, key-secrets:<id>, secret:<newHash>; ARGV = prefix, newHash, bound (epoch ms), keyId.
+ * KEYS = key:<id>, key-secrets:<id>, secret:<newHash>; ARGV = the start of every secret key
+ * (+ hash gives the key), newHash, bound (epoch ms), keyId.
  * Returns 1, or 0 when there is no such key.
  */
 export const ROTATE_SCRIPT = `
@@ -158,7 +171,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 local bound = tonumber(ARGV[3])
 for _, hash in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  local secret = ARGV[1] .. 'secret:' .. hash
+  local secret = ARGV[1] .. hash
   local current = tonumber(redis.call('HGET', secret, 'validUntil') or '')
   if current == nil or current > bound then
     redis.call('HSET', secret, 'validUntil', ARGV[3])

@@ -174,10 +174,29 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
   }
   const ledger = createSqliteLedger(db, { now });
   const directory = createSqliteKeyDirectory(db, { now });
+  const portal = createSqliteTeamTokens(db, { now });
   const importAll = db.transaction((snapshot: StoreSnapshot) => {
     directory.importEntries(snapshot);
     ledger.importUsage(snapshot.usage);
+    for (const row of snapshot.hourlyUsage) addHourly.run(row.teamId, row.keyId, row.day, row.hour, row.credits, row.requests);
+    for (const token of snapshot.teamTokens) insertToken.run(token.id, token.teamId, token.tokenHash, token.label, token.createdAt, token.revokedAt);
+    for (const { teamId, settings } of snapshot.alertSettings) {
+      setAlerts.run(teamId, settings.thresholds === null ? null : JSON.stringify(settings.thresholds), settings.webhookUrl, settings.signingSecret);
+    }
+    for (const { name, value } of snapshot.sharedSecrets) replaceSecret.run(name, value);
   });
+  const addHourly = db.prepare<[string, string, string, number, number, number]>(
+    `INSERT INTO usage_hours (team_id, key_id, day, hour, credits, requests) VALUES (?, ?, ?, ?, ?, ?)
+     ON CONFLICT DO UPDATE SET credits = credits + excluded.credits, requests = requests + excluded.requests`,
+  );
+  const insertToken = db.prepare<[string, string, string, string | null, number, number | null]>(
+    'INSERT INTO team_tokens (id, team_id, token_hash, label, created_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?)',
+  );
+  const setAlerts = db.prepare<[string, string | null, string | null, string | null]>(
+    `INSERT INTO team_alerts (team_id, thresholds, webhook_url, signing_secret) VALUES (?, ?, ?, ?)
+     ON CONFLICT DO UPDATE SET thresholds = excluded.thresholds, webhook_url = excluded.webhook_url, signing_secret = excluded.signing_secret`,
+  );
+  const replaceSecret = db.prepare<[string, string]>('INSERT OR REPLACE INTO shared_secrets (name, value) VALUES (?, ?)');
 
   async function usage(query: UsageQuery): Promise<UsageRow[]> {
     const conditions = ['day >= ?', 'day <= ?'];
@@ -224,7 +243,18 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
     async hourlyUsage(query) {
       return hourlyRows.all(query.teamId, query.day).map((row) => ({ day: query.day, hour: row.hour, teamId: query.teamId, keyId: row.key_id, credits: row.credits, requests: row.requests }));
     },
-    portal: createSqliteTeamTokens(db, { now }),
+    portal,
+    async teamTokensWithHashes() {
+      return db
+        .prepare<[], { id: string; team_id: string; token_hash: string; label: string | null; created_at: number; revoked_at: number | null }>(
+          'SELECT id, team_id, token_hash, label, created_at, revoked_at FROM team_tokens ORDER BY created_at, id',
+        )
+        .all()
+        .map((row) => ({ id: row.id, teamId: row.team_id, tokenHash: row.token_hash, label: row.label, createdAt: row.created_at, revokedAt: row.revoked_at }));
+    },
+    async sharedSecrets() {
+      return db.prepare<[], { name: string; value: string }>('SELECT name, value FROM shared_secrets ORDER BY name').all();
+    },
     async importSnapshot(snapshot) {
       importAll(snapshot);
     },

@@ -119,8 +119,13 @@ export interface SharedSecrets {
 
 /** What `tollgate migrate` copies from one store to another. */
 export interface Snapshots {
-  /** Teams, keys with their secret hashes, and one day's usage. */
-  exportSnapshot(day: string): Promise<StoreSnapshot>;
+  /**
+   * Everything but what is in flight or short-lived: teams, keys with their secret hashes, team
+   * tokens (hashes), alert settings, shared secrets, and the usage (daily and hourly) of the days
+   * in the range. Not copied: reservations in flight, throughput buckets, event claims and the
+   * webhook delivery log.
+   */
+  exportSnapshot(range: { fromDay: string; toDay: string }): Promise<StoreSnapshot>;
   /** Writes a snapshot into this store; ids are kept, existing teams with the same name conflict. */
   importSnapshot(snapshot: StoreSnapshot): Promise<void>;
 }
@@ -136,7 +141,7 @@ export interface Store extends Ledger, KeyDirectory, UsageReports, Snapshots, Sh
 }
 
 export type { TeamToken, TeamTokens, NewTeamToken, AlertSettings, AlertStore, WebhookDelivery, HourlyUsageQuery, HourlyUsageRow } from './portal-types.js';
-import type { AlertStore, HourlyUsageQuery, HourlyUsageRow, TeamTokens } from './portal-types.js';
+import type { AlertSettings, AlertStore, HourlyUsageQuery, HourlyUsageRow, TeamToken, TeamTokens } from './portal-types.js';
 
 /** Thrown for store-level conflicts such as a duplicate team name. */
 export class StoreConflictError extends Error {
@@ -181,7 +186,14 @@ export interface KeyPatch {
 export interface StoreSnapshot {
   teams: Team[];
   keys: Array<ApiKey & { secrets: Array<{ hash: string; validUntil: number | null }>; keySecretHash?: string | null }>;
-  day: string;
-  /** The day's settled usage; day totals are rebuilt from it on import. */
+  /** The UTC days whose usage the snapshot holds, inclusive. */
+  fromDay: string;
+  toDay: string;
+  /** Settled usage of those days; day totals are rebuilt from it on import. */
   usage: UsageRow[];
+  hourlyUsage: HourlyUsageRow[];
+  teamTokens: Array<TeamToken & { tokenHash: string }>;
+  alertSettings: Array<{ teamId: string; settings: AlertSettings }>;
+  /** Values replicas agree on (the filter ids' HMAC key): an imported one replaces the target's. */
+  sharedSecrets: Array<{ name: string; value: string }>;
 }

@@ -3,11 +3,12 @@
 // fsync-always append-only file so that data survives a SIGKILL (for outage tests).
 
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { createConnection, createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll } from 'vitest';
+import { until } from './until.js';
 
 export interface RedisOptions {
   /** `--appendonly yes --appendfsync always` in a temp dir: what was acknowledged survives a SIGKILL. */
@@ -85,8 +86,9 @@ function exited(child: ChildProcess): Promise<void> {
 }
 
 /** Spawns redis-server on `port` and waits until it answers PING. */
-async function spawnRedis(port: number, dir: string, persistent: boolean): Promise<ChildProcess> {
+async function spawnRedis(port: number, dir: string, persistent: boolean, extraArgs: readonly string[] = []): Promise<ChildProcess> {
   const args = [
+    ...extraArgs,
     '--port', String(port),
     '--bind', '127.0.0.1',
     '--save', '',
@@ -195,5 +197,190 @@ export function useRedis(options: RedisOptions = {}): RedisServer {
     stop: () => get().stop(),
     kill: () => get().kill(),
     restart: () => get().restart(),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis Cluster: six redis-servers (three masters, three replicas) on loopback ports
+
+export interface ClusterNode {
+  port: number;
+  url: string;
+  /** SIGKILL (a crash of this node), then waits for the process to exit. */
+  kill(): Promise<void>;
+  /** Starts a killed node again on its port with its cluster config: it rejoins (a failed-over master as a replica). */
+  restart(): Promise<void>;
+  /** False once killed, until restarted. */
+  running(): boolean;
+}
+
+export interface RedisCluster {
+  /** Every node's `redis://127.0.0.1:<port>`: seeds for the store's `cluster` setting. */
+  seeds: string[];
+  nodes: ClusterNode[];
+  /** Node timeout the cluster runs with: a master unreachable this long is failed over. */
+  nodeTimeoutMs: number;
+  /** `CLUSTER NODES` of a live node, parsed: the current masters (connected, serving slots). */
+  masters(): Promise<Array<{ id: string; port: number }>>;
+  /** `CLUSTER INFO` of a live node says `cluster_state:ok`. */
+  healthy(): Promise<boolean>;
+  /** The port of the master serving `key`'s slot now (`CLUSTER KEYSLOT` and `CLUSTER NODES` of a live node). */
+  masterOf(key: string): Promise<number>;
+  /** Connected replicas per master port, from `CLUSTER NODES`. */
+  replicasPerMaster(): Promise<Map<number, number>>;
+  stop(): Promise<void>;
+}
+
+/** One command over a raw socket (RESP array of bulk strings); resolves with the raw reply text. */
+function command(port: number, ...args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = createConnection({ host: '127.0.0.1', port });
+    let reply = '';
+    socket.setTimeout(2_000, () => {
+      socket.destroy();
+      reject(new Error(`no reply from 127.0.0.1:${port} to ${args[0]}`));
+    });
+    socket.once('error', reject);
+    socket.once('connect', () => socket.write(`*${args.length}\r\n${args.map((arg) => `$${Buffer.byteLength(arg)}\r\n${arg}\r\n`).join('')}`));
+    socket.on('data', (chunk: Buffer) => {
+      reply += chunk.toString('utf8');
+      // A bulk string: `$<length>\r\n<payload>\r\n`.
+      const match = /^\$(\d+)\r\n/.exec(reply);
+      const simple = /^[-+:]/.test(reply) && reply.includes('\r\n');
+      if (simple || (match !== null && Buffer.byteLength(reply) >= match[0].length + Number(match[1]) + 2)) {
+        socket.destroy();
+        if (reply.startsWith('-')) reject(new Error(reply.trim()));
+        else resolve(match === null ? reply.slice(1).trim() : reply.slice(match[0].length, match[0].length + Number(match[1])));
+      }
+    });
+  });
+}
+
+/**
+ * Starts six `redis-server --cluster-enabled yes` in a temp dir, joins them with
+ * `redis-cli --cluster create ... --cluster-replicas 1`, and waits until every node reports
+ * `cluster_state:ok`. No persistence: a killed master's writes survive only on its replica.
+ */
+export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}): Promise<RedisCluster> {
+  assertRedisServerInstalled();
+  const nodeTimeoutMs = options.nodeTimeoutMs ?? 1_000;
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-redis-cluster-'));
+  const children = new Map<number, ChildProcess>();
+  const nodeArgs = (port: number) => ['--cluster-enabled', 'yes', '--cluster-config-file', join(dir, String(port), 'nodes.conf'), '--cluster-node-timeout', String(nodeTimeoutMs)];
+  const stopAll = async () => {
+    await Promise.all([...children.values()].map(async (child) => {
+      child.kill('SIGKILL');
+      await exited(child);
+    }));
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    for (let index = 0; index < 6; index += 1) {
+      for (let attempt = 0; ; attempt += 1) {
+        const port = await freePort();
+        const nodeDir = join(dir, String(port));
+        mkdirSync(nodeDir);
+        try {
+          children.set(port, await spawnRedis(port, nodeDir, false, nodeArgs(port)));
+          break;
+        } catch (error) {
+          if (!(error instanceof AddressInUseError) || attempt >= 5) throw error;
+        }
+      }
+    }
+    const ports = [...children.keys()];
+    const create = spawnSync('redis-cli', ['--cluster', 'create', ...ports.map((port) => `127.0.0.1:${port}`), '--cluster-replicas', '1', '--cluster-yes'], { encoding: 'utf8', timeout: 60_000 });
+    if (create.error !== undefined || create.status !== 0) {
+      throw new Error(`redis-cli --cluster create failed (is redis-tools installed?): ${create.error?.message ?? ''}\n${create.stdout}\n${create.stderr}`);
+    }
+    const stateOk = async (port: number) => /cluster_state:ok/.test(await command(port, 'CLUSTER', 'INFO').catch(() => ''));
+    await until(async () => (await Promise.all(ports.map(stateOk))).every(Boolean), 'every cluster node to report cluster_state:ok', 30_000);
+  } catch (error) {
+    await stopAll();
+    throw error;
+  }
+  const alive = () => [...children].filter(([, child]) => child.exitCode === null && child.signalCode === null).map(([port]) => port);
+  const nodes: ClusterNode[] = [...children.keys()].map((port) => ({
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    async kill() {
+      const child = children.get(port)!;
+      child.kill('SIGKILL');
+      await exited(child);
+    },
+    running: () => alive().includes(port),
+    async restart() {
+      for (let attempt = 0; ; attempt += 1) {
+        try {
+          children.set(port, await spawnRedis(port, join(dir, String(port)), false, nodeArgs(port)));
+          return;
+        } catch (error) {
+          if (!(error instanceof AddressInUseError) || attempt >= 40) throw error;
+          await new Promise((resolve) => setTimeout(resolve, 250));
+        }
+      }
+    },
+  }));
+  /** `CLUSTER NODES` lines of a live node, split into fields. */
+  const clusterNodes = async () =>
+    (await command(alive()[0]!, 'CLUSTER', 'NODES'))
+      .split('\n')
+      .map((line) => line.split(' '))
+      .filter((fields) => fields.length >= 8);
+  const portOf = (address: string) => Number(address.split(':')[1]!.split('@')[0]);
+  return {
+    seeds: nodes.map((node) => node.url),
+    nodes,
+    nodeTimeoutMs,
+    async masters() {
+      return (await clusterNodes())
+        .filter((fields) => fields.length >= 9 && fields[2]!.split(',').includes('master') && !fields[2]!.includes('fail') && fields[7] === 'connected')
+        .map((fields) => ({ id: fields[0]!, port: portOf(fields[1]!) }));
+    },
+    async masterOf(key) {
+      const slot = Number((await command(alive()[0]!, 'CLUSTER', 'KEYSLOT', key)));
+      for (const fields of await clusterNodes()) {
+        if (!fields[2]!.split(',').includes('master') || fields[2]!.includes('fail')) continue;
+        for (const range of fields.slice(8)) {
+          const [from, to = from] = range.split('-').map(Number);
+          if (slot >= from! && slot <= to!) return portOf(fields[1]!);
+        }
+      }
+      throw new Error(`no master serves slot ${slot} (of ${key})`);
+    },
+    async replicasPerMaster() {
+      const lines = await clusterNodes();
+      const counts = new Map<number, number>();
+      const portById = new Map(lines.map((fields) => [fields[0]!, portOf(fields[1]!)]));
+      for (const fields of lines) if (fields[2]!.split(',').includes('master') && !fields[2]!.includes('fail')) counts.set(portOf(fields[1]!), 0);
+      for (const fields of lines) {
+        const master = portById.get(fields[3]!);
+        if (fields[2]!.split(',').includes('slave') && !fields[2]!.includes('fail') && fields[7] === 'connected' && master !== undefined && counts.has(master)) {
+          counts.set(master, counts.get(master)! + 1);
+        }
+      }
+      return counts;
+    },
+    async healthy() {
+      return /cluster_state:ok/.test(await command(alive()[0]!, 'CLUSTER', 'INFO').catch(() => ''));
+    },
+    stop: stopAll,
+  };
+}
+
+/** Registers beforeAll/afterAll hooks: one Redis Cluster for the calling file. Read it inside tests or hooks. */
+export function useRedisCluster(options: { nodeTimeoutMs?: number } = {}): { get(): RedisCluster } {
+  let cluster: RedisCluster | undefined;
+  beforeAll(async () => {
+    cluster = await startRedisCluster(options);
+  }, 90_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+  return {
+    get() {
+      if (cluster === undefined) throw new Error('useRedisCluster: the cluster is not started yet (read it inside a test or hook)');
+      return cluster;
+    },
   };
 }

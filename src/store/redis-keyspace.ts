@@ -1,0 +1,135 @@
+/**
+ * Every key name of the Redis store, for one Redis and for Redis Cluster, in one place.
+ *
+ * One Redis keeps the layout it always had, so an upgraded deployment finds its data:
+ *   used:team:<teamId>:<day>, used:key:<keyId>:<day>, bucket:<teamId>, resv:<id>, reservations,
+ *   usage:c|r|h:<teamId>:<day>, team-alerts:<teamId>, team:<id>, key:<id>, ...
+ *
+ * Redis Cluster runs a script only on keys of one node, and a MULTI only on keys of one slot, so:
+ * - every key of a team's ledger carries the team's hash tag, `{t:<teamId>}`: its day totals,
+ *   its keys' day totals, its throughput bucket, its usage hashes, its reservations and their
+ *   index, its alert settings. A team's keys all sit in one slot; teams spread over every shard
+ *   by the hash of their id.
+ * - the directory (teams, keys, secrets, team tokens, webhook deliveries) carries one tag, `{d}`:
+ *   it is read on a key-cache miss and written by admins, little next to the ledger, and one slot
+ *   keeps its multi-key writes (a team and its listing, a key rotation) atomic.
+ * - single values written alone spread by their own name: event claims, process heartbeats.
+ */
+
+export interface RedisKeyspace {
+  /** True for the Redis Cluster layout (hash tags). */
+  clustered: boolean;
+  prefix: string;
+  teamDay(teamId: string, day: string): string;
+  keyDay(teamId: string, keyId: string, day: string): string;
+  bucket(teamId: string): string;
+  reservation(teamId: string, reservationId: string): string;
+  /** Zset of a team's reservations by creation time (one Redis: every team's, one key). */
+  reservations(teamId: string): string;
+  /** The start of the reservation hashes indexed by {@link reservations}: + id gives the key. */
+  reservationPrefix(teamId: string): string;
+  /** Hash `<keyId>\t<network>\t<method>` -> credits charged. */
+  usageCredits(teamId: string, day: string): string;
+  /** Hash `<keyId>\t<network>\t<method>` -> requests charged. */
+  usageRequests(teamId: string, day: string): string;
+  /** Hash `c\t<keyId>\t<hour>` -> credits, `r\t<keyId>\t<hour>` -> requests. */
+  usageHours(teamId: string, day: string): string;
+  teamAlerts(teamId: string): string;
+
+  team(teamId: string): string;
+  teamName(name: string): string;
+  teams: string;
+  key(keyId: string): string;
+  keys: string;
+  teamKeys(teamId: string): string;
+  secret(hash: string): string;
+  keySecrets(keyId: string): string;
+  /** The start of every secret hash, for ROTATE_SCRIPT (+ hash gives the key). */
+  secretPrefix: string;
+  teamToken(tokenId: string): string;
+  teamTokenHash(tokenHash: string): string;
+  teamTokens: string;
+  teamTokensOf(teamId: string): string;
+  deliveries: string;
+  deliveriesOf(teamId: string): string;
+  sharedSecret(name: string): string;
+  /** SCAN pattern of every shared secret (the name follows the pattern's `*`). */
+  sharedSecretPattern: string;
+
+  claim(eventKey: string): string;
+  owner(tag: string): string;
+}
+
+export function createRedisKeyspace(prefix: string, clustered: boolean): RedisKeyspace {
+  const p = prefix;
+  if (!clustered) {
+    return {
+      clustered,
+      prefix,
+      teamDay: (teamId, day) => `${p}used:team:${teamId}:${day}`,
+      keyDay: (_teamId, keyId, day) => `${p}used:key:${keyId}:${day}`,
+      bucket: (teamId) => `${p}bucket:${teamId}`,
+      reservation: (_teamId, id) => `${p}resv:${id}`,
+      reservations: () => `${p}reservations`,
+      reservationPrefix: () => `${p}resv:`,
+      usageCredits: (teamId, day) => `${p}usage:c:${teamId}:${day}`,
+      usageRequests: (teamId, day) => `${p}usage:r:${teamId}:${day}`,
+      usageHours: (teamId, day) => `${p}usage:h:${teamId}:${day}`,
+      teamAlerts: (teamId) => `${p}team-alerts:${teamId}`,
+      team: (id) => `${p}team:${id}`,
+      teamName: (name) => `${p}team-name:${name}`,
+      teams: `${p}teams`,
+      key: (id) => `${p}key:${id}`,
+      keys: `${p}keys`,
+      teamKeys: (teamId) => `${p}team-keys:${teamId}`,
+      secret: (hash) => `${p}secret:${hash}`,
+      keySecrets: (keyId) => `${p}key-secrets:${keyId}`,
+      secretPrefix: `${p}secret:`,
+      teamToken: (id) => `${p}team-token:${id}`,
+      teamTokenHash: (hash) => `${p}team-token-hash:${hash}`,
+      teamTokens: `${p}team-tokens`,
+      teamTokensOf: (teamId) => `${p}team-tokens:${teamId}`,
+      deliveries: `${p}deliveries`,
+      deliveriesOf: (teamId) => `${p}deliveries:${teamId}`,
+      sharedSecret: (name) => `${p}shared-secret:${name}`,
+      sharedSecretPattern: `${p}shared-secret:*`,
+      claim: (eventKey) => `${p}claim:${eventKey}`,
+      owner: (tag) => `${p}owner:${tag}`,
+    };
+  }
+  const t = (teamId: string) => `${p}{t:${teamId}}:`;
+  const d = `${p}{d}:`;
+  return {
+    clustered,
+    prefix,
+    teamDay: (teamId, day) => `${t(teamId)}used:team:${day}`,
+    keyDay: (teamId, keyId, day) => `${t(teamId)}used:key:${keyId}:${day}`,
+    bucket: (teamId) => `${t(teamId)}bucket`,
+    reservation: (teamId, id) => `${t(teamId)}resv:${id}`,
+    reservations: (teamId) => `${t(teamId)}reservations`,
+    reservationPrefix: (teamId) => `${t(teamId)}resv:`,
+    usageCredits: (teamId, day) => `${t(teamId)}usage:c:${day}`,
+    usageRequests: (teamId, day) => `${t(teamId)}usage:r:${day}`,
+    usageHours: (teamId, day) => `${t(teamId)}usage:h:${day}`,
+    teamAlerts: (teamId) => `${t(teamId)}alerts`,
+    team: (id) => `${d}team:${id}`,
+    teamName: (name) => `${d}team-name:${name}`,
+    teams: `${d}teams`,
+    key: (id) => `${d}key:${id}`,
+    keys: `${d}keys`,
+    teamKeys: (teamId) => `${d}team-keys:${teamId}`,
+    secret: (hash) => `${d}secret:${hash}`,
+    keySecrets: (keyId) => `${d}key-secrets:${keyId}`,
+    secretPrefix: `${d}secret:`,
+    teamToken: (id) => `${d}team-token:${id}`,
+    teamTokenHash: (hash) => `${d}team-token-hash:${hash}`,
+    teamTokens: `${d}team-tokens`,
+    teamTokensOf: (teamId) => `${d}team-tokens:${teamId}`,
+    deliveries: `${d}deliveries`,
+    deliveriesOf: (teamId) => `${d}deliveries:${teamId}`,
+    sharedSecret: (name) => `${d}shared-secret:${name}`,
+    sharedSecretPattern: `${d}shared-secret:*`,
+    claim: (eventKey) => `${p}claim:${eventKey}`,
+    owner: (tag) => `${p}owner:${tag}`,
+  };
+}
