@@ -105,6 +105,25 @@ function mastersServingSlots(cluster: Cluster): Redis[] {
   });
 }
 
+/** Resolves when `node` is ready for commands; rejects when it closes or `timeoutMs` passes first. */
+function nodeReady(node: Redis, timeoutMs: number): Promise<void> {
+  if (node.status === 'ready') return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const settle = (error?: Error) => {
+      clearTimeout(timer);
+      node.off('ready', onReady);
+      node.off('end', onEnd);
+      if (error === undefined) resolve();
+      else reject(error);
+    };
+    const onReady = () => settle();
+    const onEnd = () => settle(new Error(`node ${node.options.host}:${node.options.port} closed before it was ready`));
+    const timer = setTimeout(() => settle(new Error(`node ${node.options.host}:${node.options.port} not ready within ${timeoutMs} ms`)), timeoutMs);
+    node.once('ready', onReady);
+    node.once('end', onEnd);
+  });
+}
+
 export async function createRedisConnection(options: RedisConnectionOptions): Promise<RedisConnection> {
   const timeout = options.commandTimeoutMs;
   if (options.cluster === undefined || options.cluster.length === 0) {
@@ -169,18 +188,25 @@ export async function createRedisConnection(options: RedisConnectionOptions): Pr
     },
   );
   cluster.on('error', () => undefined);
-  // Node connections are made lazily, and a command to a node still connecting would fail (no
-  // offline queue): every node, replicas included, is connected as soon as it is known, so a
-  // promoted replica is ready when its first command arrives.
-  cluster.on('+node', (node: Redis) => {
-    node.on('error', () => undefined);
-    if (node.status === 'wait') node.connect().catch(() => undefined);
-  });
   const seedList = options.cluster.map(redactRedisUrl).join(', ');
   try {
     await cluster.connect();
+    // Node connections are made lazily, and a command to a node still connecting would fail (no
+    // offline queue): every node, replicas included, is connected as soon as it is known, so a
+    // promoted replica is ready when its first command arrives. Only once the cluster is ready:
+    // connecting a node while ioredis is still making its first connection can make it drop
+    // every node and start over, and the promise of `connect()` then never settles.
+    const connectEagerly = (node: Redis) => {
+      node.on('error', () => undefined);
+      if (node.status === 'wait') node.connect().catch(() => undefined);
+    };
+    for (const node of cluster.nodes('all')) connectEagerly(node);
+    cluster.on('+node', connectEagerly);
     // Every master serving slots answers (a dead seed node is no reason not to start).
-    await Promise.all(mastersServingSlots(cluster).map((node) => node.ping()));
+    await Promise.all(mastersServingSlots(cluster).map(async (node) => {
+      await nodeReady(node, timeout);
+      await node.ping();
+    }));
   } catch (error) {
     cluster.disconnect();
     throw new Error(`cannot reach Redis Cluster at ${seedList}: ${(error as Error).message}`, { cause: error });
