@@ -229,4 +229,14 @@ describe('schema rules', () => {
     expect(configError(() => parseConfig(withStore({ cluster: seeds, keyPrefix: 'a{b}:' }), {}))).toContain('store.keyPrefix');
     expect(configError(() => parseConfig(withStore({ cluster: seeds, waitReplicas: -1 }), {}))).toContain('store.waitReplicas');
   });
+
+  it('cache.shared takes exactly one of url and cluster', () => {
+    const withShared = (shared: Record<string, unknown>) => ({ ...minimal(), cache: { shared } });
+    const seeds = ['redis://10.0.0.1:6379', 'redis://10.0.0.2:6379'];
+    expect(parseConfig(withShared({ cluster: seeds }), {}).cache.shared).toMatchObject({ cluster: seeds, ttlSeconds: 86_400 });
+    expect(parseConfig(withShared({ url: 'redis://10.0.0.1:6379' }), {}).cache.shared).toMatchObject({ url: 'redis://10.0.0.1:6379' });
+    expect(configError(() => parseConfig(withShared({ url: 'redis://a:1', cluster: seeds }), {}))).toContain('exactly one of url');
+    expect(configError(() => parseConfig(withShared({}), {}))).toContain('exactly one of url');
+    expect(configError(() => parseConfig(withShared({ cluster: ['http://10.0.0.1:6379'] }), {}))).toContain('cache.shared.cluster.0');
+  });
 });

@@ -40,7 +40,7 @@ let upstream: ScriptedUpstream;
 let store: Store;
 const clusterStore = (extra: Record<string, unknown> = {}) => ({ driver: 'redis', cluster: cluster.get().seeds, keyPrefix, ...extra });
 
-function writeConfig(name: string, storeConfig: Record<string, unknown>, cached: boolean): string {
+function writeConfig(name: string, storeConfig: Record<string, unknown>, cached: boolean | Record<string, unknown>): string {
   const path = join(workDir, `${name}.yaml`);
   const config = {
     server: { host: '127.0.0.1', port: 0 },
@@ -48,7 +48,7 @@ function writeConfig(name: string, storeConfig: Record<string, unknown>, cached:
     auth: { keyCacheTtlMs: KEY_CACHE_TTL_MS },
     store: storeConfig,
     // Without the cache every call goes upstream: a reserve and a settle each.
-    ...(cached ? {} : { cache: { maxBytes: 0 } }),
+    ...(cached === true ? {} : cached === false ? { cache: { maxBytes: 0 } } : { cache: cached }),
     networks: [{ id: 'eth', kind: 'evm', verification: 'off', chainId: 1, baseUrls: ['*/eth'], upstreams: [{ id: 'u1', url: upstream.url, connections: 128 }] }],
   };
   writeFileSync(path, JSON.stringify(config, null, 2));
@@ -60,7 +60,8 @@ interface Replica {
   pool: Pool;
 }
 
-async function startReplicas(name: string, storeConfig: Record<string, unknown>, options: { cached: boolean }): Promise<Replica[]> {
+/** `cached`: the default in-process cache (true), none (false), or this `cache` section. */
+async function startReplicas(name: string, storeConfig: Record<string, unknown>, options: { cached: boolean | Record<string, unknown> }): Promise<Replica[]> {
   const configFile = writeConfig(name, storeConfig, options.cached);
   // Per-request log lines are not kept: only the start-up line is read.
   const keep = (line: Record<string, unknown>) => line.msg === 'gateway listening' || ['warn', 'error', 'fatal'].includes(String(line.level)) || (typeof line.status === 'number' && line.status >= 500);
@@ -240,6 +241,34 @@ describe('gateways on Redis Cluster', () => {
       }
       console.info(`[cluster] (in ${Math.round(performance.now() - started)} ms) 30 teams × 1,100 calls in batches of 20 over two gateways: 1,000 answered and 100 refused per team; team keys on every one of the 3 masters`);
     } finally {
+      await stopReplicas(replicas);
+    }
+  }, 120_000);
+
+  it('the shared response cache on the cluster: what one gateway fetched, the other answers without the upstream; entries on every master', async () => {
+    const seeds = cluster.get().seeds;
+    // No in-process tier: every hit below comes from the cluster.
+    const replicas = await startReplicas('shared-cache', clusterStore(), { cached: { maxBytes: 0, shared: { cluster: seeds, ttlSeconds: 600 } } });
+    const client = new Cluster([{ host: '127.0.0.1', port: Number(new URL(seeds[0]!).port) }], { lazyConnect: true });
+    const cacheKeysPerMaster = async (): Promise<number[]> =>
+      Promise.all(client.nodes('master').map(async (node) => (await node.keys('tollgate:cache:*')).length));
+    try {
+      await client.connect();
+      const { secret } = await newTeam(1_000_000);
+      const fetchedByHash = () => upstream.calls.filter((received) => received.methods.includes('eth_getBlockByHash')).length;
+      const hashes = Array.from({ length: 60 }, () => uniqueHash());
+      const before = fetchedByHash();
+      for (const hash of hashes) expect((await call(replicas[0]!, secret, 1, hash)).results).toBe(1);
+      expect(fetchedByHash() - before).toBe(60);
+      // Entries are written in the background: wait until the cluster holds all of them.
+      await until(async () => (await cacheKeysPerMaster()).reduce((sum, count) => sum + count, 0) >= 60, 'the 60 blocks to be in the shared cache');
+      for (const hash of hashes) expect((await call(replicas[1]!, secret, 1, hash)).results).toBe(1);
+      expect(fetchedByHash() - before).toBe(60);
+      const perMaster = await cacheKeysPerMaster();
+      expect(perMaster).toHaveLength(3);
+      expect(perMaster.every((count) => count > 0), `cache entries per master: ${perMaster.join(', ')}`).toBe(true);
+    } finally {
+      client.disconnect();
       await stopReplicas(replicas);
     }
   }, 120_000);

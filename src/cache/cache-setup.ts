@@ -20,7 +20,7 @@ export function createResponseCacheFor(
   const shared =
     config.shared === undefined
       ? undefined
-      : createSharedTier(openSharedTierClient(config.shared.url), {
+      : createSharedTier(openSharedTierClient(config.shared), {
           ttlSeconds: config.shared.ttlSeconds,
           maxItemBytes: config.shared.maxItemBytes,
           now: deps.now,

@@ -1,4 +1,4 @@
-import { Redis, type Cluster } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { promisify } from 'node:util';
 import { deflateRaw, inflateRaw } from 'node:zlib';
 import type { StoredAnswer } from './memory-tier.js';
@@ -45,16 +45,46 @@ const inflate = promisify(inflateRaw);
 
 type Client = Redis | Cluster;
 
-/** Opens a client for `cache.shared.url` that never queues commands while Redis is down (they fail at once). */
-export function openSharedTierClient(url: string): Redis {
-  const client = new Redis(url, {
+/** Where the shared tier lives: one Redis, or Redis Cluster seed URLs (exactly one of them). */
+export interface SharedTierTarget {
+  url?: string;
+  cluster?: readonly string[];
+}
+
+/**
+ * Opens a client for `cache.shared` that never queues commands while Redis is down (they fail
+ * at once) and never sends one again: a lookup that cannot be answered at once is a miss.
+ */
+export function openSharedTierClient(target: SharedTierTarget): Client {
+  const nodeOptions = {
     connectTimeout: SHARED_TIER_TIMEOUT_MS * 4,
     commandTimeout: SHARED_TIER_TIMEOUT_MS,
-    enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
-    retryStrategy: (attempt) => Math.min(attempt * 200, 2_000),
-  });
-  return client;
+  };
+  if (target.cluster !== undefined && target.cluster.length > 0) {
+    const seeds = target.cluster.map((url) => new URL(url));
+    const first = seeds[0]!;
+    return new Cluster(
+      seeds.map((seed) => ({ host: seed.hostname, port: Number(seed.port || 6379) })),
+      {
+        enableOfflineQueue: false,
+        // A moved slot (MOVED, ASK) is followed; a master that went away is a miss until the
+        // cluster has promoted its replica (found by the periodic slot refresh).
+        retryDelayOnFailover: 0,
+        retryDelayOnClusterDown: 0,
+        slotsRefreshInterval: 1_000,
+        clusterRetryStrategy: (attempt) => Math.min(attempt * 200, 2_000),
+        redisOptions: {
+          ...nodeOptions,
+          username: first.username === '' ? undefined : decodeURIComponent(first.username),
+          password: first.password === '' ? undefined : decodeURIComponent(first.password),
+          tls: first.protocol === 'rediss:' ? {} : undefined,
+        },
+      },
+    );
+  }
+  if (target.url === undefined) throw new Error('cache.shared needs a url or cluster seed URLs');
+  return new Redis(target.url, { ...nodeOptions, enableOfflineQueue: false, retryStrategy: (attempt) => Math.min(attempt * 200, 2_000) });
 }
 
 export function createSharedTier(client: Client, options: SharedTierOptions): SharedTier {

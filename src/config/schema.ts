@@ -403,12 +403,19 @@ export const configSchema = z
         /** A response cache shared by every replica, in Redis; absent: none. */
         shared: z
           .strictObject({
-            /** `redis://[user:password@]host:port[/db]` or `rediss://` (the store's Redis or another); use `${ENV}` for a password. */
-            url: z.string().regex(/^rediss?:\/\//, 'a redis:// or rediss:// URL'),
+            /** One Redis: `redis://[user:password@]host:port[/db]` or `rediss://` (the store's Redis or another); use `${ENV}` for a password. */
+            url: z.string().regex(/^rediss?:\/\//, 'a redis:// or rediss:// URL').optional(),
+            /** Redis Cluster: seed URLs (any reachable nodes; the rest is discovered). Each entry is one key, spread over every master. */
+            cluster: z.array(z.string().regex(/^rediss?:\/\//, 'a redis:// or rediss:// URL')).min(1).optional(),
             /** How long an entry lives in Redis (answers of a `ttlSeconds` method live no longer than their own TTL). */
             ttlSeconds: positiveInt.max(30 * 86_400).default(86_400),
             /** Answers larger than this (before compression) are kept in process only. */
             maxItemBytes: positiveInt.max(64 * 1024 * 1024).default(1024 * 1024),
+          })
+          .superRefine((shared, context) => {
+            if ((shared.url === undefined) === (shared.cluster === undefined)) {
+              context.addIssue({ code: 'custom', message: 'set exactly one of url (one Redis) and cluster (Redis Cluster seed URLs)', path: ['url'] });
+            }
           })
           .optional(),
       })

@@ -13,7 +13,8 @@ export function collectConfigSecrets(config: GatewayConfig): string[] {
     }
   }
   if (config.filters.idSecret !== undefined) secrets.add(config.filters.idSecret);
-  if (config.cache.shared !== undefined) addUrlSecrets(config.cache.shared.url, secrets);
+  const shared = config.cache.shared;
+  if (shared !== undefined) for (const address of [...(shared.url === undefined ? [] : [shared.url]), ...(shared.cluster ?? [])]) addUrlSecrets(address, secrets);
   return [...secrets].filter((secret) => secret.length >= 8);
 }
 
