@@ -17,18 +17,19 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { Redis } from 'ioredis';
 import { issueKey } from '../src/admin/key-issuer.js';
 import { openStore } from '../src/store/index.js';
 import { startRedis, startRedisCluster, type RedisCluster, type RedisServer } from '../test/helpers/redis.js';
 import { redisCost, redisSnapshot, type RedisSnapshot } from './redis-cost.js';
 import { cpuSeconds } from './proc-stats.js';
 import { findWrk, prepareWrk, runWrk } from './wrk.js';
+import { CLI, freePort } from './local-processes.js';
 
 export const REDIS_CLUSTER_SCENARIO = 'Redis Cluster: commands and Redis CPU per call against one Redis';
 
-const CLI = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
 
 interface Row {
   store: string;
@@ -59,18 +60,23 @@ async function startUpstream(): Promise<Server> {
   return server;
 }
 
-/** `node dist/cli.js serve`; resolves with its RPC origin once it logged "gateway listening". */
-function startGateway(configFile: string): Promise<{ child: ChildProcess; origin: string }> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--config', configFile], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn' } });
-  return new Promise((resolve, reject) => {
-    let buffered = '';
-    child.once('exit', (code) => reject(new Error(`gateway exited (${code}) before listening`)));
-    child.stdout!.on('data', (chunk: Buffer) => {
-      buffered += chunk.toString('utf8');
-      const line = buffered.split('\n').find((text) => text.includes('"gateway listening"'));
-      if (line !== undefined) resolve({ child, origin: String((JSON.parse(line) as { rpc: string }).rpc) });
-    });
-  });
+/**
+ * `node dist/cli.js serve` on ports chosen here; resolves with its RPC origin once its admin
+ * listener answers `/readyz` 200. (At log level warn the "gateway listening" line is not written.)
+ */
+async function startGateway(configFile: string, ports: { rpc: number; admin: number }): Promise<{ child: ChildProcess; origin: string }> {
+  const child = spawn(process.execPath, [CLI, 'serve', '--config', configFile], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn' } });
+  let exited: number | null | undefined;
+  child.once('exit', (code) => (exited = code));
+  for (;;) {
+    if (exited !== undefined) throw new Error(`gateway exited (${exited}) before it was ready`);
+    const ready = await fetch(`http://127.0.0.1:${ports.admin}/readyz`).then(
+      async (response) => (await response.arrayBuffer(), response.status === 200),
+      () => false,
+    );
+    if (ready) return { child, origin: `http://127.0.0.1:${ports.rpc}` };
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }
 
 async function stopGateway(child: ChildProcess): Promise<void> {
@@ -78,6 +84,20 @@ async function stopGateway(child: ChildProcess): Promise<void> {
   const gone = new Promise((resolve) => child.once('exit', resolve));
   child.kill('SIGINT');
   await gone;
+}
+
+/** Makes `replica` a replica of `primary` and waits until the link is up. */
+async function replicate(replica: RedisServer, primary: RedisServer): Promise<void> {
+  const client = new Redis(replica.url);
+  try {
+    await client.replicaof('127.0.0.1', primary.port);
+    for (;;) {
+      if (/master_link_status:up/.test(await client.info('replication'))) return;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  } finally {
+    client.disconnect();
+  }
 }
 
 /** Snapshots of every master (and, apart, every replica) of the cluster, or of the one Redis. */
@@ -98,10 +118,16 @@ export async function runRedisClusterCost(options: { seconds: number; connection
   const upstream = await startUpstream();
   const upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
   let single: RedisServer | undefined;
+  let primary: RedisServer | undefined;
+  let primaryReplica: RedisServer | undefined;
   let cluster: RedisCluster | undefined;
   const rows: Row[] = [];
   try {
     single = await startRedis();
+    // The fair reference for a cluster whose masters each feed a replica: one Redis feeding one.
+    primary = await startRedis();
+    primaryReplica = await startRedis();
+    await replicate(primaryReplica, primary);
     cluster = await startRedisCluster({ nodeTimeoutMs: 5_000 });
     const masters = new Set((await cluster.masters()).map((master) => master.port));
     const clusterUrls = {
@@ -110,6 +136,7 @@ export async function runRedisClusterCost(options: { seconds: number; connection
     };
     const targets = [
       { store: 'one Redis', config: { url: single.url }, urls: { masters: [single.url], replicas: [] } },
+      { store: 'one Redis with a replica', config: { url: primary.url }, urls: { masters: [primary.url], replicas: [primaryReplica.url] } },
       { store: 'Redis Cluster (3 masters)', config: { cluster: cluster.seeds }, urls: clusterUrls },
       { store: 'Redis Cluster, waitReplicas: 1', config: { cluster: cluster.seeds, waitReplicas: 1 }, urls: clusterUrls },
     ];
@@ -122,17 +149,18 @@ export async function runRedisClusterCost(options: { seconds: number; connection
       await store.close();
       for (const [scenario, cached] of [['cache hit (one charge)', true], ['forwarded call (reserve + settle)', false]] as const) {
         const configFile = join(workDir, `gateway-${index}-${cached}.json`);
+        const ports = { rpc: await freePort(), admin: await freePort() };
         writeFileSync(
           configFile,
           JSON.stringify({
-            server: { host: '127.0.0.1', port: 0 },
-            admin: { host: '127.0.0.1', port: 0, token: 'bench-admin-token-0123456789' },
+            server: { host: '127.0.0.1', port: ports.rpc },
+            admin: { host: '127.0.0.1', port: ports.admin, token: 'bench-admin-token-0123456789' },
             store: { driver: 'redis', keyPrefix, ...target.config },
             ...(cached ? {} : { cache: { maxBytes: 0 } }),
             networks: [{ id: 'eth', kind: 'evm', verification: 'off', chainId: 1, baseUrls: ['*/eth'], upstreams: [{ id: 'u1', url: upstreamUrl, connections: 128 }] }],
           }),
         );
-        const gateway = await startGateway(configFile);
+        const gateway = await startGateway(configFile, ports);
         try {
           const hash = `0x${'ab'.repeat(32)}`;
           const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params: [hash, false] });
@@ -168,6 +196,8 @@ export async function runRedisClusterCost(options: { seconds: number; connection
   } finally {
     await cluster?.stop();
     await single?.stop();
+    await primaryReplica?.stop();
+    await primary?.stop();
     await new Promise((resolve) => upstream.close(resolve));
     rmSync(workDir, { recursive: true, force: true });
   }
@@ -186,15 +216,16 @@ export function formatRedisClusterCost(rows: readonly Row[], options: { seconds:
         `| ${row.store} | ${row.scenario} | ${Math.round(row.callsPerSecond)} | ${fmt(row.p50Ms, 2)} | ${fmt(row.p99Ms, 2)} | ${Math.round(row.commandsPer1000)} | ${row.topCommands} | ${fmt(row.masterCpuMsPer1000)} | ${fmt(row.replicaCpuMsPer1000)} | ${fmt(row.gatewayCpuUsPerCall, 0)} | ${row.errors} |`,
     ),
   ];
-  const versus = (store: string) =>
+  const versus = (store: string, referenceStore: string) =>
     ['cache hit (one charge)', 'forwarded call (reserve + settle)'].map((scenario) => {
-      const reference = rows.find((row) => row.store === 'one Redis' && row.scenario === scenario);
+      const reference = rows.find((row) => row.store === referenceStore && row.scenario === scenario);
       const row = rows.find((candidate) => candidate.store === store && candidate.scenario === scenario);
       if (reference === undefined || row === undefined) return '';
-      return `${scenario}: commands ${(row.commandsPer1000 / reference.commandsPer1000).toFixed(2)}×, Redis CPU ${(row.masterCpuMsPer1000 / reference.masterCpuMsPer1000).toFixed(2)}× one Redis`;
+      return `${scenario}: commands ${(row.commandsPer1000 / reference.commandsPer1000).toFixed(2)}×, Redis CPU ${(row.masterCpuMsPer1000 / reference.masterCpuMsPer1000).toFixed(2)}×`;
     });
-  lines.push('', `Redis Cluster against one Redis, per call: ${versus('Redis Cluster (3 masters)').join('; ')}.`);
-  lines.push(`With waitReplicas: 1: ${versus('Redis Cluster, waitReplicas: 1').join('; ')}.`);
+  lines.push('', `Redis Cluster (3 masters) against one Redis, per call: ${versus('Redis Cluster (3 masters)', 'one Redis').join('; ')}.`);
+  lines.push(`Redis Cluster (3 masters) against one Redis with a replica (each master has one too): ${versus('Redis Cluster (3 masters)', 'one Redis with a replica').join('; ')}.`);
+  lines.push(`With waitReplicas: 1, against the cluster without: ${versus('Redis Cluster, waitReplicas: 1', 'Redis Cluster (3 masters)').join('; ')}.`);
   return lines.join('\n');
 }
 
