@@ -21,7 +21,7 @@ import { createThrottle } from './logging/throttle.js';
 import { operationalRoutes } from './admin/operational-routes.js';
 import { createConfigReloader, type ConfigReloader } from './server/config-reload.js';
 import { createNetworkSetHolder, type NetworkSetHolder } from './server/network-sets.js';
-import { createCallExecutor } from './server/call-executor.js';
+import { createCallExecutor, type CallExecutor } from './server/call-executor.js';
 import { createCallDispatcher } from './server/call-dispatch.js';
 import { closeServer, listen, originOf } from './server/listener.js';
 import { buildNetworkSet, type NetworkSet } from './server/network-runtime.js';
@@ -198,8 +198,8 @@ function buildAccounting(ctx: StartContext, store: Store, cache: ResponseCache):
   return { authenticator, selfService, meter, cache };
 }
 
-/** The upstream WebSocket feeds that carry subscriptions, tried in routing order. */
-function buildSubscriptionHub(ctx: StartContext, networkSets: NetworkSetHolder): SubscriptionHub {
+/** The upstream WebSocket feeds that carry subscriptions, tried in routing order; back-fills of logs over HTTP. */
+function buildSubscriptionHub(ctx: StartContext, networkSets: NetworkSetHolder, executor: CallExecutor): SubscriptionHub {
   const { metrics } = ctx;
   return createSubscriptionHub({
     network(networkId) {
@@ -222,6 +222,22 @@ function buildSubscriptionHub(ctx: StartContext, networkSets: NetworkSetHolder):
         maxMessageBytes: UPSTREAM_WS_MAX_MESSAGE_BYTES,
         onClose,
       });
+    },
+    async getLogs(networkId, filter, fromBlock, toBlock) {
+      // Held like a request's set: a reload during the back-fill does not close the pools it uses.
+      const set = networkSets.acquire();
+      try {
+        const runtime = set.byId.get(networkId);
+        if (runtime === undefined) throw new Error(`the network ${networkId} is no longer configured`);
+        const outcome = await executor.internalLogs(runtime, filter, { from: fromBlock, to: toBlock }, ctx.now() + runtime.config.requestTimeoutMs);
+        if (outcome.kind === 'failed') throw outcome.error;
+        if (outcome.kind === 'rpc-error') throw new Error(`${outcome.upstream} answered eth_getLogs with ${outcome.error.code}: ${outcome.error.message}`);
+        const logs: unknown = JSON.parse(outcome.resultBytes.toString('utf8'));
+        if (!Array.isArray(logs)) throw new Error('the eth_getLogs answer of a back-fill is not an array');
+        return logs;
+      } finally {
+        networkSets.release(set);
+      }
     },
     logger: ctx.logger,
     now: ctx.now,
@@ -287,7 +303,7 @@ function buildRpcServer(ctx: StartContext, accounting: Accounting, networkSets: 
     meter,
     now,
     logger,
-    hub: buildSubscriptionHub(ctx, networkSets),
+    hub: buildSubscriptionHub(ctx, networkSets, executor),
     observe: {
       connections: (network, delta) => metrics.wsConnections.inc({ network }, delta),
       subscriptions: (network, kind, delta) => metrics.wsSubscriptions.inc({ network, type: kind }, delta),

@@ -121,6 +121,12 @@ export interface MethodTable {
    * names are used as metric labels and logged as they are; every other name is `other`.
    */
   has(method: string): boolean;
+  /**
+   * The upstreams that may be sent `method` (their `methods.deny` does not match it): undefined
+   * for every one. For the gateway's own calls, which no client makes: whether clients may call
+   * the method is not asked.
+   */
+  upstreamsServing(method: string): ReadonlySet<string> | undefined;
 }
 
 /** A method's decision on one network: served at a price, or refused with an error. */
@@ -212,6 +218,7 @@ export function createMethodTable(network: NetworkConfig): MethodTable {
       return call;
     },
     has: (method) => entries.has(method),
+    upstreamsServing: servedBy,
   };
 }
 

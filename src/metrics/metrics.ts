@@ -374,7 +374,7 @@ export function createMetrics(): GatewayMetrics {
     wsUpgradesRejected: new Counter({ name: 'tollgate_ws_upgrades_rejected_total', help: 'WebSocket upgrades refused, by HTTP status', labelNames: ['status'], registers }),
     wsUpstreamFailovers: new Counter({
       name: 'tollgate_ws_upstream_failovers_total',
-      help: "Moves of a network's subscriptions off an upstream socket, by reason (closed, stalled, subscribe_failed, or the socket error)",
+      help: "Moves of a network's subscriptions off an upstream socket, by reason (closed, stalled, subscribe_failed, backfill_failed, queue_full, or the socket error)",
       labelNames: ['network', 'upstream', 'reason'],
       registers,
     }),

@@ -10,7 +10,8 @@ import { nextUtcMidnight, utcDay } from '../metering/meter.js';
 import type { ChargeSubject, KeyWithTeam, LedgerRefusal, LedgerResult } from '../store/index.js';
 import type { RequestContext } from './context.js';
 import type { NetworkRuntime } from './network-runtime.js';
-import { runFilterLogsCall, runLogsCall } from './logs-calls.js';
+import { runFilterLogsCall, runLogsCall, runLogsRange, type LogsOutcome } from './logs-calls.js';
+import { hex, type BlockRange, type LogsQuery } from '../routing/logs-range.js';
 
 /**
  * One JSON-RPC call, in two steps so that nothing is charged for an answer no one receives:
@@ -45,6 +46,12 @@ export interface CallExecutor {
    * refusal when the charge was refused, or a store error when it could not be recorded.
    */
   commit(pending: PendingReply, ctx: RequestContext, deliverable: boolean): Reply | Promise<Reply>;
+  /**
+   * `eth_getLogs` over blocks `range` for the gateway itself (a `logs` subscription's back-fill,
+   * docs/websocket.md): the splitter and the forward step of client calls (the response cache,
+   * the failsafe chain), over the upstreams that serve `eth_getLogs`, with no key and no charge.
+   */
+  internalLogs(network: NetworkRuntime, filter: Readonly<Record<string, unknown>>, range: BlockRange, deadline: number): Promise<LogsOutcome>;
 }
 
 export interface CallExecutorDeps {
@@ -196,6 +203,15 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     return serialised(outcome);
   }
 
+  async function internalLogs(network: NetworkRuntime, filter: Readonly<Record<string, unknown>>, range: BlockRange, deadline: number): Promise<LogsOutcome> {
+    const query: LogsQuery = { filter, from: range.from, to: range.to };
+    // Priced at 0: nothing is reserved or charged for it (the events it delivers are).
+    const call: PreparedCall = { kind: 'logs', method: 'eth_getLogs', cost: 0, params: [{ ...filter, fromBlock: hex(range.from), toBlock: hex(range.to) }], query };
+    const servedBy = network.methods.upstreamsServing('eth_getLogs');
+    if (servedBy !== undefined) call.servedBy = servedBy;
+    return runLogsRange(query, range, call, network, (chunk) => cachedCalls.logsStep(chunk, network, deadline, '', true));
+  }
+
   /** Validates and prepares; a cache hit or a local answer is known at once, anything else goes upstream. */
   function execute(item: CallItem, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): PendingReply | Promise<PendingReply> {
     let call: PreparedCall;
@@ -334,6 +350,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
 
   return {
     execute,
+    internalLogs,
     commit(pending, ctx, deliverable) {
       switch (pending.ledger) {
         case 'none':

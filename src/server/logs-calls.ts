@@ -69,11 +69,7 @@ export async function runLogsCall(query: LogsQuery, call: PreparedCall, network:
   const limits = network.config.getLogs;
   let resolutionCalls = 0;
   const resolutionAttempts: Attempt[] = [];
-  const sibling = (method: string, params: unknown[]): PreparedCall => {
-    const prepared: PreparedCall = { kind: 'pass-through', method, cost: call.cost, params };
-    if (call.servedBy !== undefined) prepared.servedBy = call.servedBy;
-    return prepared;
-  };
+  const sibling = (method: string, params: unknown[]): PreparedCall => siblingOf(call, method, params);
 
   async function resolveTag(tag: Exclude<BlockTag, 'earliest'>): Promise<number> {
     const byNumber = tag === 'latest' || tag === 'pending';
@@ -101,20 +97,32 @@ export async function runLogsCall(query: LogsQuery, call: PreparedCall, network:
     throw error;
   }
 
+  const split = await runLogsRange(query, range, call, network, forwardChunk);
+  return { ...split, attempts: [...resolutionAttempts, ...split.attempts], upstreamCalls: resolutionCalls + split.upstreamCalls };
+}
+
+/**
+ * The split part of a logs call, over a range already in numbers: aligned chunks of the smallest
+ * upstream range, each through `forwardChunk`, bisection, one merged answer. Also what the
+ * gateway's own `eth_getLogs` calls run (a `logs` subscription's back-fill), whose ends are
+ * numbers from the start and which are not held to the network's `getLogs.maxRange` (a limit on
+ * what clients may ask).
+ */
+export async function runLogsRange(query: LogsQuery, range: BlockRange, call: PreparedCall, network: NetworkRuntime, forwardChunk: ForwardChunk): Promise<LogsOutcome> {
   let cachedChunks = 0;
-  const split = await splitLogsRange(range, { chunkSize: chunkSizeOf(network, call.servedBy), concurrency: limits.concurrency }, async (chunk): Promise<ChunkRun> => {
-    const step = await forwardChunk(sibling('eth_getLogs', chunkParams(query, chunk)));
+  const split = await splitLogsRange(range, { chunkSize: chunkSizeOf(network, call.servedBy), concurrency: network.config.getLogs.concurrency }, async (chunk): Promise<ChunkRun> => {
+    const step = await forwardChunk(siblingOf(call, 'eth_getLogs', chunkParams(query, chunk)));
     if (step.kind === 'cached') cachedChunks += 1;
     return { outcome: chunkOutcomeOf(step), upstreamCalls: upstreamCallsOf(step) };
   });
-  const counts = { upstreamCalls: resolutionCalls + split.upstreamCalls, chunkCalls: split.chunkCalls, cachedChunks };
+  const counts = { upstreamCalls: split.upstreamCalls, chunkCalls: split.chunkCalls, cachedChunks };
   switch (split.kind) {
     case 'logs':
-      return { kind: 'result', resultBytes: split.bytes, upstream: split.upstreams.join(','), attempts: resolutionAttempts, ...counts };
+      return { kind: 'result', resultBytes: split.bytes, upstream: split.upstreams.join(','), attempts: [], ...counts };
     case 'rpc-error':
-      return { kind: 'rpc-error', error: split.error, upstream: split.upstream, attempts: resolutionAttempts, ...counts };
+      return { kind: 'rpc-error', error: split.error, upstream: split.upstream, attempts: [], ...counts };
     case 'failed':
-      return { kind: 'failed', error: split.error, attempts: [...resolutionAttempts, ...split.attempts], ...counts };
+      return { kind: 'failed', error: split.error, attempts: split.attempts, ...counts };
   }
 }
 
@@ -144,6 +152,13 @@ export async function runFilterLogsCall(call: PreparedCall, network: NetworkRunt
   if (call.servedBy !== undefined) asLogs.servedBy = call.servedBy;
   const split = await runLogsCall(query, asLogs, network, forwardChunk);
   return { ...split, upstreamCalls: pinnedCalls + split.upstreamCalls, chunkCalls: 1 + split.chunkCalls };
+}
+
+/** An upstream call made for a logs call (a chunk, a tag lookup): its price and the upstreams that serve it. */
+function siblingOf(call: PreparedCall, method: string, params: unknown[]): PreparedCall {
+  const prepared: PreparedCall = { kind: 'pass-through', method, cost: call.cost, params };
+  if (call.servedBy !== undefined) prepared.servedBy = call.servedBy;
+  return prepared;
 }
 
 class ResolutionFailure {

@@ -16,8 +16,10 @@ import type { UpstreamSocket } from './upstream-socket.js';
  *     a reorg) is preceded by the canonical blocks from the fork point, fetched from the new
  *     upstream with `eth_getBlockByNumber`;
  *   - logs: deduplicated by (blockHash, logIndex, removed); after a move, `eth_getLogs` from a
- *     few blocks before the last head to `latest` fills the gap, and logs already delivered in
- *     blocks that are no longer canonical are delivered again with `removed: true`;
+ *     few blocks before the last head to the new upstream's head fills the gap, asked through
+ *     `deps.getLogs` (the HTTP path's splitter: a long move's gap may be wider than an upstream
+ *     answers at once), and logs already delivered in blocks that are no longer canonical are
+ *     delivered again with `removed: true`;
  *   - pending transactions: deduplicated by hash (a mempool cannot be replayed: hashes announced
  *     only while no upstream was connected are not seen).
  * Every network's events go through one serial queue, so back-fills and live events keep order.
@@ -67,6 +69,13 @@ export interface HubDeps {
   /** The current config of a network, or undefined if it is no longer configured. */
   network(networkId: string): HubNetwork | undefined;
   connect(networkId: string, candidate: SubscriptionCandidate, onClose: (reason: string) => void): Promise<UpstreamSocket>;
+  /**
+   * The logs matching `filter` in blocks `fromBlock`…`toBlock`, for a back-fill: asked the way a
+   * client's `eth_getLogs` is (split to the upstreams' ranges, the response cache, failover over
+   * the network's upstreams), uncharged. In block order; rejects when the logs of some blocks
+   * could not be had (never a partial list).
+   */
+  getLogs(networkId: string, filter: Readonly<Record<string, unknown>>, fromBlock: number, toBlock: number): Promise<unknown[]>;
   logger: Logger;
   now?: () => number;
   observe?: HubObserver;
@@ -286,14 +295,24 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
     });
   }
 
-  /** After a move: the logs the gap may have hidden, and removals of logs whose block is no longer canonical. */
-  async function backfillLogs(feed: Feed, entry: Entry, socket: UpstreamSocket): Promise<void> {
-    if (feed.lastNumber === undefined) return;
+  /**
+   * After a move: the logs the gap may have hidden, and removals of logs whose block is no longer
+   * canonical. False when the socket was left meanwhile (nothing delivered: the next one back-fills).
+   */
+  async function backfillLogs(feed: Feed, entry: Entry, socket: UpstreamSocket, generation: number): Promise<boolean> {
+    if (feed.lastNumber === undefined) return true;
     const timeoutMs = deps.network(feed.networkId)?.requestTimeoutMs ?? 10_000;
     const from = Math.max(0, feed.lastNumber - LOG_BACKFILL_MARGIN);
     const filter = (entry.params[1] ?? {}) as Record<string, unknown>;
-    const found = await socket.request('eth_getLogs', [{ ...filter, fromBlock: hex(from), toBlock: 'latest' }], timeoutMs);
-    if (!Array.isArray(found)) return;
+    // `latest` as the new upstream has it, read once its subscription exists: its live stream
+    // brings every later block, so the back-fill reaches at least the block that stream starts
+    // after. An HTTP upstream's own `latest` could be a block behind and leave a gap.
+    const head = toNumber(await socket.request('eth_blockNumber', [], timeoutMs));
+    if (Number.isNaN(head)) throw new Error(`${socket.upstreamId} answered eth_blockNumber without a block number`);
+    // Not on the socket: after a long move the gap can be wider than an upstream answers at once.
+    const found = head < from ? [] : await deps.getLogs(feed.networkId, filter, from, head);
+    if (generation !== feed.generation) return false;
+    logger.info({ network: feed.networkId, upstream: socket.upstreamId, fromBlock: from, toBlock: head, logs: found.length }, 'logs subscription back-filled after a move');
     const logs = (found as Array<Record<string, unknown>>).filter((log) => log !== null && typeof log === 'object');
     const canonical = new Map<number, string>();
     for (const log of logs) canonical.set(toNumber(log.blockNumber), String(log.blockHash));
@@ -311,6 +330,7 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
     }
     logs.sort((a, b) => toNumber(a.blockNumber) - toNumber(b.blockNumber) || toNumber(a.logIndex) - toNumber(b.logIndex));
     for (const log of logs) deliverLog(feed, entry, log);
+    return true;
   }
 
   // --- pending transactions ----------------------------------------------------------------
@@ -352,18 +372,23 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
   function attach(feed: Feed, socket: UpstreamSocket, moved: boolean): void {
     const generation = feed.generation;
     enqueue(feed, async () => {
+      let failure = 'subscribe_failed';
       try {
         for (const entry of feed.entries.values()) await subscribeEntry(feed, entry, socket, generation);
         if (!moved) return;
+        failure = 'backfill_failed';
         // Only logs subscriptions the move interrupted: one made meanwhile was confirmed on this socket.
         for (const entry of feed.entries.values()) {
           if (entry.kind !== 'logs' || !entry.backfill) continue;
-          await backfillLogs(feed, entry, socket);
+          if (!(await backfillLogs(feed, entry, socket, generation))) return;
           entry.backfill = false;
         }
       } catch (error) {
-        // The new upstream failed mid-way: it is dropped too, and the next one is tried.
-        if (generation === feed.generation) detach(feed, 'subscribe_failed', error);
+        // The new upstream failed mid-way, or a back-fill could not be had: it is dropped too, and
+        // the next one is tried. A back-fill that failed is asked again by the next upstream from
+        // the same block (the heads of this one were not delivered), and live events wait behind
+        // it, so a subscription never skips a gap or gets its logs out of order.
+        if (generation === feed.generation) detach(feed, failure, error);
       }
     });
   }
