@@ -8,11 +8,12 @@
 //
 // The chain: 2,000 blocks in which every tenth block has a call of the log emitter
 // (test/helpers/log-emitter.ts, two logs per call), then 200 empty ones so that the whole range
-// is finalized (anvil: 64 blocks behind its head); a 2,000-block call in chunks of 100. A tenth
-// of the production example (20,000 blocks in chunks of 1,000): anvil's cost per mined block
-// grows with the chain's length, and the gateway's work is per chunk and per log, not per block.
+// is finalized (anvil: 64 blocks behind its head); a 2,000-block call in chunks of 100. By
+// default a tenth of the production example (20,000 blocks in chunks of 1,000), because anvil's
+// cost per mined block grows with the chain's length (20,000 blocks take minutes to mine), and
+// the gateway's work is per chunk and per log, not per block; `--blocks 20000` runs that example.
 //
-// Standalone:  npm run build && node --import tsx bench/logs-split.ts [--calls 30]
+// Standalone:  npm run build && node --import tsx bench/logs-split.ts [--calls 30] [--blocks 20000]
 // From bench/run.ts: `npm run bench -- --only "eth_getLogs split"` runs this scenario alone.
 
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -29,7 +30,8 @@ import { CLI, ROOT, freePort, runCli } from './local-processes.js';
 
 export const LOGS_SPLIT_SCENARIO = 'eth_getLogs split into 20 chunks';
 
-const RANGE_BLOCKS = 2_000;
+/** The call's range in blocks by default (`--blocks 20000` for the production-sized example: several minutes of mining). */
+const DEFAULT_RANGE_BLOCKS = 2_000;
 const CHUNKS = 20;
 const ADMIN_TOKEN = 'bench-admin-token-0123456789';
 
@@ -44,6 +46,8 @@ export interface LogsSplitPhase {
 
 export interface LogsSplitResult {
   calls: number;
+  /** Blocks in the call's range (CHUNKS chunks of a twentieth each). */
+  rangeBlocks: number;
   logs: number;
   direct: LogsSplitPhase;
   cold: LogsSplitPhase;
@@ -74,7 +78,9 @@ async function probedFinalized(adminOrigin: string): Promise<number | undefined>
   return line === undefined ? undefined : Number(line.split(' ').pop());
 }
 
-export async function runLogsSplit(options: { calls: number }): Promise<LogsSplitResult> {
+export async function runLogsSplit(options: { calls: number; blocks?: number }): Promise<LogsSplitResult> {
+  const RANGE_BLOCKS = options.blocks ?? DEFAULT_RANGE_BLOCKS;
+  if (RANGE_BLOCKS % CHUNKS !== 0) throw new Error(`--blocks must be a multiple of ${CHUNKS}`);
   const workDir = mkdtempSync(join(tmpdir(), 'tollgate-logs-bench-'));
   const anvil = await startAnvil();
   let gateway: ChildProcess | undefined;
@@ -174,7 +180,7 @@ export async function runLogsSplit(options: { calls: number }): Promise<LogsSpli
     const warmRun = await pairs({});
     const direct = { medianMs: median([...coldRun.direct, ...warmRun.direct]) };
     const [cold, warm] = [coldRun.gateway, warmRun.gateway];
-    return { calls: options.calls, logs: reference.result.length, direct, cold, warm };
+    return { calls: options.calls, rangeBlocks: RANGE_BLOCKS, logs: reference.result.length, direct, cold, warm };
   } finally {
     gateway?.kill('SIGTERM');
     await anvil.stop();
@@ -189,14 +195,14 @@ export function formatLogsSplit(result: LogsSplitResult): string {
     return `${name} ${value.medianMs.toFixed(1)} ms (${(value.medianMs / result.direct.medianMs).toFixed(2)}× anvil direct)${calls}${cpu}`;
   };
   return (
-    `${LOGS_SPLIT_SCENARIO}: a ${RANGE_BLOCKS}-block call, ${result.logs} logs, ${result.calls} sequential calls per phase; ` +
+    `${LOGS_SPLIT_SCENARIO}: a ${result.rangeBlocks}-block call, ${result.logs} logs, ${result.calls} sequential calls per phase; ` +
     `anvil direct (one piece) ${result.direct.medianMs.toFixed(1)} ms; ${phase('cold', result.cold)}; ${phase('warm', result.warm)}`
   );
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({ options: { calls: { type: 'string', default: '30' } } });
-  runLogsSplit({ calls: Number(values.calls) }).then(
+  const { values } = parseArgs({ options: { calls: { type: 'string', default: '30' }, blocks: { type: 'string', default: String(DEFAULT_RANGE_BLOCKS) } } });
+  runLogsSplit({ calls: Number(values.calls), blocks: Number(values.blocks) }).then(
     (result) => console.log(formatLogsSplit(result)),
     (error: unknown) => {
       console.error(error);

@@ -49,7 +49,8 @@ beforeAll(async () => {
   });
   portal = t.gateway.portalOrigin!;
   teamA = t.team;
-  teamB = (await admin('POST', '/v1/teams', { name: 'team-b', dailyCredits: 500 })).body.team;
+  // A name no other team's can contain: team A's is `team-<random>`, and the test looks for B's name in A's pages.
+  teamB = (await admin('POST', '/v1/teams', { name: 'second-team', dailyCredits: 500 })).body.team;
   const issuedA = await admin('POST', `/v1/teams/${teamA.name}/tokens`, { label: 'dashboard' });
   expect(issuedA.status).toBe(201);
   tokenA = issuedA.body.secret;
