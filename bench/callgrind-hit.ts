@@ -1,0 +1,150 @@
+// Instructions per `eth_getBlockByHash` cache hit (hydrated=false), counted by valgrind's
+// callgrind on the gateway's main thread: unlike time, the count repeats within ~1–2% whatever
+// else the machine runs, so builds can be compared on a shared machine (docs/benchmarks.md, "The
+// `eth_getBlockByHash` hit row before and after").
+//
+// The gateway is the built CLI (`dist/cli.js serve`) under `valgrind --tool=callgrind
+// --instr-atstart=no --separate-threads=yes` with `node --perf-basic-prof` (JIT-compiled
+// functions get their JavaScript names in /tmp/perf-<pid>.map, copied next to the dumps), SQLite
+// store, metering on, log level warn, the same anvil as the three evm networks of bench/run.ts,
+// health probes off (under valgrind a probe costs what thousands of hits do, and their number
+// would follow the run's length, not its requests). From this process, over 50 keep-alive
+// connections: 30,000 warm-up hits, a 5 s pause for queued compilations, 2,000 more, then
+// collection on (`callgrind_control -i on`), 5,000 measured hits on the same connections,
+// collection off and a dump. Printed: the main thread's instructions / 5,000.
+//
+//   npm run build && node --import tsx bench/callgrind-hit.ts [--out dir] [--measured 5000]
+//   callgrind_annotate <dir>/callgrind.out.<pid>.1-01   # JIT frames as addresses; map them with the perf map
+//
+// Needs valgrind (callgrind_control on the PATH). A build from another checkout: `--tree <dir>`
+// (its dist/cli.js and its CLI's teams/keys commands are used).
+
+import { execFileSync, spawn } from 'node:child_process';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { Pool } from 'undici';
+import { stringify as toYaml } from 'yaml';
+import { seedAnvil, startAnvil } from '../src/devnet/anvil.js';
+import { ROOT, freePort } from './local-processes.js';
+
+const { values: flags } = parseArgs({
+  options: {
+    tree: { type: 'string', default: ROOT },
+    out: { type: 'string' },
+    warmup: { type: 'string', default: '30000' },
+    measured: { type: 'string', default: '5000' },
+  },
+});
+const tree = resolve(flags.tree);
+const cli = join(tree, 'dist', 'cli.js');
+const outDir = resolve(flags.out ?? mkdtempSync(join(tmpdir(), 'callgrind-hit-')));
+mkdirSync(outDir, { recursive: true });
+const CONNECTIONS = 50;
+const WARMUP = Number(flags.warmup);
+const MEASURED = Number(flags.measured);
+
+const sleep = (ms: number) => new Promise((done) => setTimeout(done, ms));
+const work = mkdtempSync(join(tmpdir(), 'callgrind-hit-run-'));
+const dbFile = join(work, 'tollgate.db');
+const anvil = await startAnvil();
+let gatewayPid: number | undefined;
+try {
+  const seed = await seedAnvil(anvil.url, { blocks: 1, txPerBlock: 20 });
+  const hash = seed.blocksWithTransactions[0]!;
+  const tollgate = (args: string[]) => execFileSync(process.execPath, [cli, ...args], { cwd: tree, encoding: 'utf8' });
+  tollgate(['teams', 'create', 'bench', '--daily-credits', '1000000000000', '--db', dbFile]);
+  const secret = (JSON.parse(tollgate(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { secret: string }).secret;
+
+  const port = await freePort();
+  const network = (verification: string) => (verification === 'full' ? 'eth' : `eth-${verification}`);
+  const config = {
+    server: { host: '127.0.0.1', port },
+    admin: { host: '127.0.0.1', port: 0 },
+    store: { driver: 'sqlite', path: dbFile },
+    cache: { maxBytes: 256 * 1024 * 1024 },
+    networks: ['full', 'header', 'off'].map((verification) => ({
+      id: network(verification),
+      kind: 'evm',
+      chainId: 31337,
+      baseUrls: [`*/${network(verification)}`],
+      verification,
+      upstreams: [{ id: 'anvil', url: anvil.url }],
+      healthCheck: { intervalMs: 0 },
+    })),
+  };
+  const configFile = join(work, 'gateway.yaml');
+  writeFileSync(configFile, toYaml(config));
+  const valgrind = [
+    '--tool=callgrind',
+    '--instr-atstart=no',
+    '--separate-threads=yes',
+    `--callgrind-out-file=${join(outDir, 'callgrind.out.%p')}`,
+  ];
+  const child = spawn('valgrind', [...valgrind, process.execPath, '--perf-basic-prof', cli, 'serve', '--config', configFile], {
+    cwd: tree,
+    stdio: ['ignore', 'ignore', 'inherit'],
+    env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn' },
+  });
+  gatewayPid = child.pid!;
+  const control = (...args: string[]) => execFileSync('callgrind_control', [...args, String(gatewayPid)], { stdio: 'ignore' });
+
+  const pool = new Pool(`http://127.0.0.1:${port}`, { connections: CONNECTIONS, pipelining: 1 });
+  const post = async (body: string) => {
+    const res = await pool.request({ path: `/eth/v3/${secret}`, method: 'POST', headers: { 'content-type': 'application/json' }, body, headersTimeout: 120_000, bodyTimeout: 120_000 });
+    return { status: res.statusCode, headers: res.headers, text: await res.body.text() };
+  };
+  const deadline = Date.now() + 180_000;
+  for (;;) {
+    const ready = await post(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_chainId', params: [] })).catch(() => undefined);
+    if (ready?.status === 200 && ready.text.includes('0x7a69')) break;
+    if (Date.now() > deadline) throw new Error('the gateway did not answer within 180 s');
+    await sleep(500);
+  }
+  const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params: [hash, false] });
+  await post(body);
+  const probe = await post(body);
+  if (probe.status !== 200 || probe.headers['x-cache'] !== 'hit') throw new Error(`not a cache hit: HTTP ${probe.status}, X-Cache ${String(probe.headers['x-cache'])}`);
+
+  let failed = 0;
+  const load = async (requests: number) => {
+    let left = requests;
+    const connection = async () => {
+      for (; left > 0; left -= 1) {
+        const res = await post(body);
+        if (res.status !== 200 || !res.text.includes('"result"')) failed += 1;
+      }
+    };
+    await Promise.all(Array.from({ length: CONNECTIONS }, connection));
+  };
+  await load(WARMUP);
+  await sleep(5_000);
+  await load(2_000);
+  control('-i', 'on');
+  control('-z');
+  await load(MEASURED);
+  control('-i', 'off');
+  control('-d', 'measured');
+  await pool.close();
+  if (failed > 0) throw new Error(`${failed} requests failed`);
+  const map = `/tmp/perf-${gatewayPid}.map`;
+  if (existsSync(map)) copyFileSync(map, join(outDir, `perf-${gatewayPid}.map`));
+  // The main thread's dump of the measured window: callgrind.out.<pid>.1-01.
+  const dump = readdirSync(outDir).find((name) => name === `callgrind.out.${gatewayPid}.1-01`);
+  if (dump === undefined) throw new Error(`no dump of the main thread in ${outDir}`);
+  const totals = /^totals: (\d+)/m.exec(readFileSync(join(outDir, dump), 'utf8'));
+  if (totals === null) throw new Error(`no totals line in ${dump}`);
+  console.log(`${tree}: ${Math.round(Number(totals[1]) / MEASURED)} instructions per hit (main thread); dumps in ${outDir}`);
+  child.kill('SIGTERM');
+  await new Promise((done) => child.once('exit', done));
+} finally {
+  if (gatewayPid !== undefined) {
+    try {
+      process.kill(gatewayPid, 'SIGKILL');
+    } catch {
+      // exited already
+    }
+  }
+  await anvil.stop();
+}
