@@ -7,7 +7,7 @@
 // /proc: the gateway is its own `node dist/cli.js serve` process, SQLite store, metering on).
 //
 // The chain: 2,000 blocks in which every tenth block has a call of the log emitter
-// (test/helpers/log-emitter.ts, two logs per call), then 200 empty ones so that the whole range
+// (test/helpers/log-emitter.ts, two logs per call), then a chunk and 100 empty ones so that the whole range
 // is finalized (anvil: 64 blocks behind its head); a 2,000-block call in chunks of 100. By
 // default a tenth of the production example (20,000 blocks in chunks of 1,000), because anvil's
 // cost per mined block grows with the chain's length (20,000 blocks take minutes to mine), and
@@ -85,7 +85,9 @@ export async function runLogsSplit(options: { calls: number; blocks?: number }):
   const anvil = await startAnvil();
   let gateway: ChildProcess | undefined;
   try {
-    const chain = await buildEmittingChain(anvil.url, { sparseCalls: RANGE_BLOCKS / 10, gap: 9, denseBlocks: 0, densePerBlock: 0, tail: 200 });
+    // The range starts at the first chunk boundary after the first log, so it ends up to a chunk
+    // past the emitting blocks: the empty tail covers that chunk and anvil's 64 unfinalized blocks.
+    const chain = await buildEmittingChain(anvil.url, { sparseCalls: RANGE_BLOCKS / 10, gap: 9, denseBlocks: 0, densePerBlock: 0, tail: RANGE_BLOCKS / CHUNKS + 100 });
     const dbFile = join(workDir, 'tollgate.db');
     runCli(['teams', 'create', 'bench', '--daily-credits', '1000000000000', '--db', dbFile]);
     const secret = (JSON.parse(runCli(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { secret: string }).secret;
