@@ -7,7 +7,9 @@
 //   npx tsx bench/redis-cluster-cost.ts [--seconds 10] [--connections 50]
 //
 // Each target is a `node dist/cli.js serve` process of its own on a store of its own: one local
-// redis-server, or six (three masters, three replicas) joined by `redis-cli --cluster create`.
+// redis-server, one feeding a replica, three masters joined by `redis-cli --cluster create`, or
+// six (three masters, three replicas): a cluster is compared with the single Redis that
+// replicates as it does.
 // The gateways run one after the other, each alone with its Redis, with wrk (bench/wrk.ts) as
 // the load generator; one team, as the bench's other Redis rows.
 
@@ -123,6 +125,7 @@ export async function runRedisClusterCost(options: { seconds: number; connection
   let primary: RedisServer | undefined;
   let primaryReplica: RedisServer | undefined;
   let cluster: RedisCluster | undefined;
+  let bareCluster: RedisCluster | undefined;
   const rows: Row[] = [];
   try {
     single = await startRedis();
@@ -131,6 +134,8 @@ export async function runRedisClusterCost(options: { seconds: number; connection
     primaryReplica = await startRedis();
     await replicate(primaryReplica, primary);
     cluster = await startRedisCluster({ nodeTimeoutMs: 5_000 });
+    // Like for like with one Redis: three masters that feed no replica.
+    bareCluster = await startRedisCluster({ nodeTimeoutMs: 5_000, replicasPerMaster: 0 });
     const masters = new Set((await cluster.masters()).map((master) => master.port));
     const clusterUrls = {
       masters: cluster.nodes.filter((node) => masters.has(node.port)).map((node) => node.url),
@@ -139,6 +144,7 @@ export async function runRedisClusterCost(options: { seconds: number; connection
     const targets = [
       { store: 'one Redis', config: { url: single.url }, urls: { masters: [single.url], replicas: [] } },
       { store: 'one Redis with a replica', config: { url: primary.url }, urls: { masters: [primary.url], replicas: [primaryReplica.url] } },
+      { store: 'Redis Cluster (3 masters, no replicas)', config: { cluster: bareCluster.seeds }, urls: { masters: bareCluster.seeds, replicas: [] } },
       { store: 'Redis Cluster (3 masters)', config: { cluster: cluster.seeds }, urls: clusterUrls },
       { store: 'Redis Cluster, waitReplicas: 1', config: { cluster: cluster.seeds, waitReplicas: 1 }, urls: clusterUrls },
     ];
@@ -204,6 +210,7 @@ export async function runRedisClusterCost(options: { seconds: number; connection
     }
   } finally {
     await cluster?.stop();
+    await bareCluster?.stop();
     await single?.stop();
     await primaryReplica?.stop();
     await primary?.stop();
@@ -232,7 +239,8 @@ export function formatRedisClusterCost(rows: readonly Row[], options: { seconds:
       if (reference === undefined || row === undefined) return '';
       return `${scenario}: commands ${(row.commandsPer1000 / reference.commandsPer1000).toFixed(2)}×, Redis CPU ${(row.masterCpuMsPer1000 / reference.masterCpuMsPer1000).toFixed(2)}× (background taken out: ${(row.masterCallCpuMsPer1000 / reference.masterCallCpuMsPer1000).toFixed(2)}×)`;
     });
-  lines.push('', `Redis Cluster (3 masters) against one Redis, per call: ${versus('Redis Cluster (3 masters)', 'one Redis').join('; ')}.`);
+  lines.push('', `Redis Cluster (3 masters, no replicas) against one Redis, per call: ${versus('Redis Cluster (3 masters, no replicas)', 'one Redis').join('; ')}.`);
+  lines.push(`Redis Cluster (3 masters) against one Redis, per call: ${versus('Redis Cluster (3 masters)', 'one Redis').join('; ')}.`);
   lines.push(`Redis Cluster (3 masters) against one Redis with a replica (each master has one too): ${versus('Redis Cluster (3 masters)', 'one Redis with a replica').join('; ')}.`);
   lines.push(`With waitReplicas: 1, against the cluster without: ${versus('Redis Cluster, waitReplicas: 1', 'Redis Cluster (3 masters)').join('; ')}.`);
   return lines.join('\n');

@@ -257,11 +257,12 @@ function command(port: number, ...args: string[]): Promise<string> {
 }
 
 /**
- * Starts six `redis-server --cluster-enabled yes` in a temp dir, joins them with
- * `redis-cli --cluster create ... --cluster-replicas 1`, and waits until every node reports
- * `cluster_state:ok`. No persistence: a killed master's writes survive only on its replica.
+ * Starts six `redis-server --cluster-enabled yes` in a temp dir (three with `replicasPerMaster:
+ * 0`), joins them with `redis-cli --cluster create ... --cluster-replicas 1`, and waits until
+ * every node reports `cluster_state:ok`. No persistence: a killed master's writes survive only
+ * on its replica.
  */
-export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}): Promise<RedisCluster> {
+export async function startRedisCluster(options: { nodeTimeoutMs?: number; replicasPerMaster?: 0 | 1 } = {}): Promise<RedisCluster> {
   assertRedisServerInstalled();
   const nodeTimeoutMs = options.nodeTimeoutMs ?? 1_000;
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-redis-cluster-'));
@@ -275,7 +276,8 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    for (let index = 0; index < 6; index += 1) {
+    const replicasPerMaster = options.replicasPerMaster ?? 1;
+    for (let index = 0; index < 3 * (1 + replicasPerMaster); index += 1) {
       for (let attempt = 0; ; attempt += 1) {
         const port = await freePort();
         const nodeDir = join(dir, String(port));
@@ -289,7 +291,7 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
       }
     }
     const ports = [...children.keys()];
-    const create = spawnSync('redis-cli', ['--cluster', 'create', ...ports.map((port) => `127.0.0.1:${port}`), '--cluster-replicas', '1', '--cluster-yes'], { encoding: 'utf8', timeout: 60_000 });
+    const create = spawnSync('redis-cli', ['--cluster', 'create', ...ports.map((port) => `127.0.0.1:${port}`), '--cluster-replicas', String(replicasPerMaster), '--cluster-yes'], { encoding: 'utf8', timeout: 60_000 });
     if (create.error !== undefined || create.status !== 0) {
       throw new Error(`redis-cli --cluster create failed (is redis-tools installed?): ${create.error?.message ?? ''}\n${create.stdout}\n${create.stderr}`);
     }
