@@ -26,6 +26,9 @@ import { createCallDispatcher } from './server/call-dispatch.js';
 import { closeServer, listen, originOf } from './server/listener.js';
 import { buildNetworkSet, type NetworkSet } from './server/network-runtime.js';
 import { createRpcHandler, rpcServerOptions } from './server/rpc-handler.js';
+import { requestFacts, type RequestContext } from './server/context.js';
+import { createRequestExplorer, type RequestExplorer } from './explorer/request-explorer.js';
+import { createTracing, type Tracing } from './tracing/tracing.js';
 import { jsonValidatorEngine } from './jsonrpc/envelope-scanner.js';
 import { openStore, type Store } from './store/index.js';
 import { createSubscriptionHub, type SubscriptionHub } from './websocket/subscription-hub.js';
@@ -248,11 +251,45 @@ function buildSubscriptionHub(ctx: StartContext, networkSets: NetworkSetHolder, 
   });
 }
 
+/** The request explorer's writer (off with `explorer.enabled: false`); what it holds is written before the store closes. */
+function buildRequestExplorer(ctx: StartContext, store: Store): RequestExplorer | undefined {
+  const { config, metrics } = ctx;
+  if (!config.explorer.enabled) return undefined;
+  const explorer = createRequestExplorer({
+    store,
+    now: ctx.now,
+    scrubber: logScrubber(ctx.logger),
+    logger: ctx.logger,
+    flushIntervalMs: config.explorer.flushIntervalMs,
+    maxBatch: config.explorer.maxBatch,
+    observe: {
+      flushed: (records) => {
+        metrics.explorerWrites.inc();
+        metrics.explorerRecords.inc(records);
+      },
+      dropped: (records) => metrics.explorerDropped.inc(records),
+    },
+  });
+  ctx.disposers.defer('request explorer', () => explorer.close());
+  return explorer;
+}
+
+/** OpenTelemetry traces when `tracing` is configured; spans still buffered are exported on close. */
+function buildTracing(ctx: StartContext): Tracing | undefined {
+  const settings = ctx.config.tracing;
+  if (settings === undefined) return undefined;
+  const tracing = createTracing(settings);
+  ctx.disposers.defer('tracing', () => tracing.close());
+  return tracing;
+}
+
 /** The RPC listener (not yet listening): HTTP JSON-RPC and the WebSocket endpoint on one server. */
-function buildRpcServer(ctx: StartContext, accounting: Accounting, networkSets: NetworkSetHolder): { rpcServer: Server; webSocket: WebSocketEndpoint } {
+function buildRpcServer(ctx: StartContext, accounting: Accounting, networkSets: NetworkSetHolder, store: Store): { rpcServer: Server; webSocket: WebSocketEndpoint } {
   const { config, now, logger, metrics } = ctx;
   const { authenticator, meter, cache } = accounting;
   const recordRequest = createRequestRecorder(metrics);
+  const explorer = buildRequestExplorer(ctx, store);
+  const tracing = buildTracing(ctx);
   const shouldLogStoreError = createThrottle(STORE_ERROR_LOG_INTERVAL_MS, now);
   // The request path both transports share (HTTP and WebSocket): validate, price, route, charge.
   const executor = createCallExecutor({
@@ -269,9 +306,11 @@ function buildRpcServer(ctx: StartContext, accounting: Accounting, networkSets: 
     onLogsCall: (network, method, upstreamCalls) => metrics.logsUpstreamCalls.observe(upstreamCalls, network, method),
   });
   const calls = createCallDispatcher({ executor, logger });
-  const onFinished = (ctx: Parameters<typeof recordRequest>[0], set: NetworkSet): void => {
+  const onFinished = (request: RequestContext, set: NetworkSet): void => {
     networkSets.release(set);
-    recordRequest(ctx);
+    recordRequest(request);
+    if (request.trace !== undefined) request.trace.end(requestFacts(request));
+    explorer?.record(request);
   };
   const rpcHandler = createRpcHandler({
     server: config.server,
@@ -285,6 +324,7 @@ function buildRpcServer(ctx: StartContext, accounting: Accounting, networkSets: 
     // with the last response rather than a keep-alive timeout.
     draining: () => ctx.draining.value,
     onFinished,
+    startTrace: tracing === undefined ? undefined : (headers) => tracing.startRequest(headers, 'http'),
   });
   // Node's header and request timeouts, checked every second (docs/security.md), and a JSON-RPC
   // answer for bytes its HTTP parser refuses.
@@ -304,6 +344,7 @@ function buildRpcServer(ctx: StartContext, accounting: Accounting, networkSets: 
     now,
     logger,
     hub: buildSubscriptionHub(ctx, networkSets, executor),
+    startTrace: tracing === undefined ? undefined : () => tracing.startRequest(undefined, 'ws'),
     observe: {
       connections: (network, delta) => metrics.wsConnections.inc({ network }, delta),
       subscriptions: (network, kind, delta) => metrics.wsSubscriptions.inc({ network, type: kind }, delta),
@@ -359,7 +400,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     const cache = await buildResponseCache(ctx);
     const { networkSets, reloader } = await buildNetworks(ctx, store, cache);
     const accounting = buildAccounting(ctx, store, cache);
-    const { rpcServer, webSocket } = buildRpcServer(ctx, accounting, networkSets);
+    const { rpcServer, webSocket } = buildRpcServer(ctx, accounting, networkSets, store);
     const { admin, adminServer } = buildAdminServer(ctx, { store, accounting, networkSets, reloader });
 
     // Listeners last, each closed (with its connections) before anything it uses.

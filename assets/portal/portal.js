@@ -1,11 +1,11 @@
-/* global document, window, fetch, navigator, Chart */
+/* global document, window, fetch, navigator, Chart, URLSearchParams */
 // The team portal page (docs/portal.md): plain browser JavaScript, no build step. Sign-in turns a
 // team token into an HTTP-only session cookie; every write sends the session's CSRF token.
 'use strict';
 
 (function () {
   const $ = (id) => document.getElementById(id);
-  const state = { csrf: '', keys: [], usage: null, stack: 'method', charts: {}, loads: 0 };
+  const state = { csrf: '', keys: [], usage: null, stack: 'method', charts: {}, loads: 0, requestLoads: 0 };
   const PALETTE = ['#0b5cad', '#e8710a', '#188038', '#a142f4', '#d93025', '#12b5cb', '#f9ab00', '#5f6368', '#9334e6', '#1e8e3e'];
   const number = (n) => Number(n).toLocaleString('en-US');
 
@@ -171,6 +171,47 @@
     $('secret-box').focus();
   }
 
+  /** The recent requests table (the request explorer), with the filters as they are set. */
+  async function loadRequests() {
+    const query = new URLSearchParams({ limit: '200' });
+    if ($('filter-key').value) query.set('key', $('filter-key').value);
+    if ($('filter-method').value.trim()) query.set('method', $('filter-method').value.trim());
+    if ($('filter-status').value) query.set('status', $('filter-status').value);
+    const { requests } = await api('GET', `/v1/requests?${query}`);
+    const body = $('requests-table').querySelector('tbody');
+    body.replaceChildren();
+    for (const request of requests) {
+      const row = document.createElement('tr');
+      row.dataset.requestId = request.requestId;
+      row.className = request.ok ? 'ok' : 'failed';
+      cell(row, new Date(request.at).toISOString().replace('T', ' ').slice(0, 23));
+      cell(row, request.keyLabel ? `${request.keyLabel} (${request.keyId})` : request.keyId, 'mono');
+      cell(row, request.network || '');
+      cell(row, request.method === 'batch' ? `batch: ${(request.methods || []).join(', ')}` : request.method || '', 'method');
+      cell(row, String(request.status), 'status');
+      cell(row, number(request.credits));
+      cell(row, `${request.latencyMs} ms`);
+      cell(row, request.cache || '');
+      cell(row, request.upstream || '');
+      cell(row, request.errorCode === null ? '' : `${request.errorCode} ${request.errorMessage}`, 'error-text');
+      body.appendChild(row);
+    }
+    $('requests-empty').hidden = requests.length > 0;
+    const methods = new Set(requests.map((request) => request.method).filter((method) => method && method !== 'batch'));
+    for (const option of $('filter-methods').options) methods.add(option.value);
+    $('filter-methods').replaceChildren(...[...methods].sort().map((method) => Object.assign(document.createElement('option'), { value: method })));
+    state.requestLoads += 1;
+    document.body.dataset.requestLoads = String(state.requestLoads);
+  }
+
+  function renderKeyFilter() {
+    const select = $('filter-key');
+    const chosen = select.value;
+    select.replaceChildren(Object.assign(document.createElement('option'), { value: '', textContent: 'All keys' }));
+    for (const key of state.keys) select.appendChild(Object.assign(document.createElement('option'), { value: key.id, textContent: key.label ? `${key.label} (${key.id})` : key.id }));
+    select.value = chosen;
+  }
+
   async function load() {
     const [overview, keys, usage, hourly] = await Promise.all([api('GET', '/v1/team'), api('GET', '/v1/keys'), api('GET', '/v1/usage?days=30'), api('GET', '/v1/usage/hourly')]);
     $('team-name').textContent = overview.team.name;
@@ -185,8 +226,10 @@
     state.keys = keys.keys;
     state.usage = usage;
     renderKeys();
+    renderKeyFilter();
     renderDaily();
     renderHourly(hourly);
+    await loadRequests();
     state.loads += 1;
     document.body.dataset.loads = String(state.loads);
   }
@@ -273,6 +316,14 @@
       renderDaily();
     });
   }
+
+  $('requests-filter').addEventListener('submit', (event) => {
+    event.preventDefault();
+    loadRequests().catch((error) => {
+      $('requests-empty').hidden = false;
+      $('requests-empty').textContent = error.message;
+    });
+  });
 
   $('sign-in-form').addEventListener('submit', async (event) => {
     event.preventDefault();

@@ -322,6 +322,32 @@ const webhooksSchema = z.strictObject({
   keyExpiringDays: positiveInt.default(7),
 });
 
+/** OpenTelemetry traces (docs/tracing.md): off unless this section is present. */
+const tracingSchema = z.strictObject({
+  /** The collector's full OTLP/HTTP traces endpoint, e.g. `http://collector:4318/v1/traces`. */
+  otlpUrl: z.url({ protocol: /^https?$/ }),
+  /** Share of requests traced (a trusted client's `traceparent` decides for its own requests). */
+  sampleRatio: z.number().min(0).max(1).default(0.01),
+  /** Continue the W3C `traceparent` a client sends. Only for clients inside your own tracing domain. */
+  trustClientTraceparent: z.boolean().default(false),
+  /** Send each upstream attempt's `traceparent` to the upstream. */
+  propagateToUpstreams: z.boolean().default(false),
+  serviceName: z.string().min(1).default('tollgate'),
+  /** Headers of the export requests, such as a collector's token (use `${ENV}`). */
+  headers: z.record(z.string(), z.string()).default({}),
+  /** How long finished spans wait to be exported together. */
+  batchDelayMs: positiveInt.default(5_000),
+});
+
+/** The request explorer (docs/explorer.md): each team's last 1,000 requests, kept in the store. */
+const explorerSchema = z.strictObject({
+  enabled: z.boolean().default(true),
+  /** Finished requests are written to the store in batches, at most this long after they end. */
+  flushIntervalMs: positiveInt.default(1_000),
+  /** A batch is written at once when it reaches this many requests. */
+  maxBatch: positiveInt.max(10_000).default(500),
+});
+
 const storeSchema = z.discriminatedUnion('driver', [sqliteStoreSchema, redisStoreSchema]);
 
 export const configSchema = z
@@ -453,6 +479,8 @@ export const configSchema = z
       .prefault({}),
     portal: portalSchema.prefault({}),
     webhooks: webhooksSchema.prefault({}),
+    tracing: tracingSchema.optional(),
+    explorer: explorerSchema.prefault({}),
     networks: z.array(networkSchema).min(1),
   })
   .superRefine((config, ctx) => {

@@ -2,7 +2,7 @@ import type { GatewayConfig } from './schema.js';
 
 /**
  * The secret strings a config carries (credentials and query values of upstream URLs, header
- * values, the filter ids' HMAC key), so the logger can scrub them from any message that happens to quote them.
+ * values, the filter ids' HMAC key, the trace collector's credentials), so the logger can scrub them from any message that happens to quote them.
  */
 export function collectConfigSecrets(config: GatewayConfig): string[] {
   const secrets = new Set<string>();
@@ -15,6 +15,10 @@ export function collectConfigSecrets(config: GatewayConfig): string[] {
   if (config.filters.idSecret !== undefined) secrets.add(config.filters.idSecret);
   const shared = config.cache.shared;
   if (shared !== undefined) for (const address of [...(shared.url === undefined ? [] : [shared.url]), ...(shared.cluster ?? [])]) addUrlSecrets(address, secrets);
+  if (config.tracing !== undefined) {
+    addUrlSecrets(config.tracing.otlpUrl, secrets);
+    for (const value of Object.values(config.tracing.headers)) secrets.add(value);
+  }
   return [...secrets].filter((secret) => secret.length >= 8);
 }
 

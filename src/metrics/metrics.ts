@@ -209,6 +209,10 @@ export interface GatewayMetrics {
   wsUpstreamFailovers: Counter<'network' | 'upstream' | 'reason'>;
   /** Labels: type (quota.threshold, key.revoked, key.expiring), outcome (delivered, failed, timeout, error). */
   webhookDeliveries: Counter<'type' | 'outcome'>;
+  /** Request explorer (docs/explorer.md): store writes, records written, records dropped. */
+  explorerWrites: Counter;
+  explorerRecords: Counter;
+  explorerDropped: Counter;
 }
 
 /**
@@ -382,6 +386,13 @@ export function createMetrics(): GatewayMetrics {
       name: 'tollgate_webhook_deliveries_total',
       help: 'Webhook delivery attempts by event type and outcome (delivered, failed: non-2xx, timeout, error: no answer)',
       labelNames: ['type', 'outcome'],
+      registers,
+    }),
+    explorerWrites: new Counter({ name: 'tollgate_explorer_writes_total', help: 'Batches of finished requests written to the store for the request explorer', registers }),
+    explorerRecords: new Counter({ name: 'tollgate_explorer_records_total', help: 'Finished requests written to the store for the request explorer', registers }),
+    explorerDropped: new Counter({
+      name: 'tollgate_explorer_records_dropped_total',
+      help: 'Finished requests the request explorer did not keep: its queue was full or the store write failed',
       registers,
     }),
   };

@@ -5,6 +5,7 @@ import { parse, usageQuery, type AdminRoute } from '../admin/admin-server.js';
 import type { Store, TeamToken } from '../store/index.js';
 import { issueTeamToken } from './team-token.js';
 import { usageCsv } from './usage-csv.js';
+import { readRequests, requestQueryOf } from '../explorer/request-queries.js';
 
 /**
  * The operator's side of team self-service, on the admin listener (docs/admin-api.md): team
@@ -82,7 +83,7 @@ const alertsUpdate = z.strictObject({
   rotateSecret: z.boolean().optional(),
 });
 
-export function selfServiceAdminRoutes(selfService: SelfServiceAdmin, admin: AdminService, store: Pick<Store, 'listDeliveries'> & Pick<Store, 'findTeam'>): AdminRoute[] {
+export function selfServiceAdminRoutes(selfService: SelfServiceAdmin, admin: AdminService, store: Pick<Store, 'listDeliveries' | 'findTeam' | 'recentRequests'>): AdminRoute[] {
   return [
     {
       method: 'POST',
@@ -107,6 +108,14 @@ export function selfServiceAdminRoutes(selfService: SelfServiceAdmin, admin: Adm
         const team = query.get('team');
         const teamId = team === null ? undefined : (await admin.getTeam(team)).id;
         return { body: { deliveries: await store.listDeliveries({ teamId, limit: Number(limit) }) } };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/v1/teams/:team/requests',
+      handle: async ({ params, query }) => {
+        const team = await admin.getTeam(params.team!);
+        return { body: await readRequests(store, () => admin.listKeys(team.id), requestQueryOf(team.id, query)) };
       },
     },
     {

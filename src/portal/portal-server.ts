@@ -101,6 +101,9 @@ function teamRoutes(options: { defaultRotationGraceMs: number }): TeamRoute[] {
       return { body: usageCsv(report.rows), contentType: 'text/csv; charset=utf-8', filename: `usage-${report.from}-${report.to}.csv` };
     }),
     route('GET', '/v1/usage/hourly', async ({ team, query }) => ({ body: await team.hourlyUsage(query.get('day') ?? undefined) })),
+    route('GET', '/v1/requests', async ({ team, query }) => ({ body: await team.requests(query) })),
+    // The admin API's path too, for the token's own team; any other team is a team that does not exist.
+    route('GET', '/v1/teams/:team/requests', async ({ team, params, query }) => ({ body: await team.requests(query, params.team!) })),
   ];
 }
 

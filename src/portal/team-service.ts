@@ -1,6 +1,7 @@
 import { AdminError, type AdminService, type KeyUpdate, type UpdatedKey, type UsageReport } from '../admin/admin-service.js';
 import { nextUtcMidnight, utcDay } from '../metering/meter.js';
-import type { ApiKey, HourlyUsageRow, KeyDirectory, Ledger, Team, UsageReports } from '../store/index.js';
+import type { ApiKey, HourlyUsageRow, KeyDirectory, Ledger, RequestLog, Team, UsageReports } from '../store/index.js';
+import { readRequests, requestQueryOf, type ExplorerRow } from '../explorer/request-queries.js';
 
 /**
  * What a team can do with its team token (docs/portal.md): its own keys and its own usage, and
@@ -32,6 +33,8 @@ export interface TeamService {
   revokeKey(id: string): Promise<ApiKey>;
   usage(query: { key?: string; from?: string; to?: string; days?: number }): Promise<UsageReport>;
   hourlyUsage(day?: string): Promise<{ day: string; rows: HourlyUsageRow[] }>;
+  /** The team's last requests (`?key=&method=&status=&limit=`); `asTeam`, when given, must name this team (by id or name). */
+  requests(query: URLSearchParams, asTeam?: string): Promise<{ requests: ExplorerRow[] }>;
 }
 
 const LAST_USED_WINDOW_DAYS = 30;
@@ -40,7 +43,7 @@ const DAY = /^\d{4}-\d{2}-\d{2}$/;
 export function createTeamService(
   teamId: string,
   admin: AdminService,
-  store: Pick<KeyDirectory, 'findKey' | 'findTeam'> & UsageReports & Pick<Ledger, 'applyLedger'>,
+  store: Pick<KeyDirectory, 'findKey' | 'findTeam'> & UsageReports & Pick<Ledger, 'applyLedger'> & Pick<RequestLog, 'recentRequests'>,
   options: { now: () => number },
 ): TeamService {
   const { now } = options;
@@ -112,6 +115,10 @@ export function createTeamService(
     async hourlyUsage(day = utcDay(now())) {
       if (!DAY.test(day) || Number.isNaN(Date.parse(`${day}T00:00:00Z`))) throw new AdminError(400, 'day must be a YYYY-MM-DD day');
       return { day, rows: await store.hourlyUsage({ teamId, day }) };
+    },
+    async requests(query, asTeam) {
+      if (asTeam !== undefined && asTeam !== teamId && (await team()).name !== asTeam) throw new AdminError(404, 'no such team');
+      return readRequests(store, () => admin.listKeys(teamId), requestQueryOf(teamId, query));
     },
   };
 }

@@ -1,6 +1,7 @@
 import { GatewayError } from '../errors.js';
 import { upstreamParams, type PreparedCall } from '../methods/registry.js';
 import { failed, forwardOutcomeOf, rejected, type ForwardOutcome } from './call-outcome.js';
+import type { RequestTrace } from './call-trace.js';
 import type { FilterIds, FilterScope } from './filter-ids.js';
 import { failoverPolicy } from './policies/failover.js';
 import { attemptEachCandidate, type AttemptPolicy } from './policies/types.js';
@@ -26,7 +27,7 @@ export const INVALID_FILTER_ID = 'invalid_filter_id';
 
 export interface FilterCalls {
   /** The outcome of a filter call, or undefined for any other method. */
-  route(prepared: PreparedCall, deadline: number, keyId: string): Promise<ForwardOutcome> | undefined;
+  route(prepared: PreparedCall, deadline: number, caller: { keyId: string; trace?: RequestTrace | undefined }): Promise<ForwardOutcome> | undefined;
   /**
    * The criteria (`eth_newFilter`'s filter object) of a log filter this process created for this
    * key, or undefined when it does not know them (another replica made it, a restart, or more
@@ -67,24 +68,24 @@ export function createFilterCalls(deps: StatefulRouteDeps, filterIds: FilterIds)
       return { kind: 'result', resultBytes: Buffer.from(JSON.stringify(id)), durationMs: outcome.durationMs };
     };
 
-  async function create(prepared: PreparedCall, deadline: number, scope: FilterScope): Promise<ForwardOutcome> {
+  async function create(prepared: PreparedCall, deadline: number, scope: FilterScope, trace: RequestTrace | undefined): Promise<ForwardOutcome> {
     const candidates = [...deps.candidatesFor(prepared)];
     if (candidates.length === 0) return failed('TG_ERR_NO_HEALTHY_UPSTREAM', upstreams.map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
-    const execution = deps.executionFor(prepared, deadline, candidates);
+    const execution = deps.executionFor(prepared, deadline, candidates, trace);
     const call = failoverPolicy(clock)(attemptEachCandidate(wrapping(scope)(deps.attempt)));
     const outcome = forwardOutcomeOf(await call(execution, new AbortController().signal), execution, candidates, clock.now());
     remember(outcome, prepared);
     return outcome;
   }
 
-  async function pinned(prepared: PreparedCall, deadline: number, scope: FilterScope): Promise<ForwardOutcome> {
+  async function pinned(prepared: PreparedCall, deadline: number, scope: FilterScope, trace: RequestTrace | undefined): Promise<ForwardOutcome> {
     const params = upstreamParams(prepared, upstreams[0]!.config);
     if (!Array.isArray(params) || typeof params[0] !== 'string') {
       return rejected(new GatewayError('TG_ERR_INVALID_PARAMS', 'invalid argument 0: expected a filter id (a hex string)'));
     }
     const pin = filterIds.decode(scope, params[0], upstreams);
     if (pin === undefined) return rejected(new GatewayError('TG_ERR_FILTER_NOT_FOUND'));
-    const base = deps.executionFor(prepared, deadline, [pin.upstream]);
+    const base = deps.executionFor(prepared, deadline, [pin.upstream], trace);
     const execution = { ...base, paramsFor: () => [pin.upstreamFilterId, ...params.slice(1)] };
     const outcome = await attemptEachCandidate(deps.attempt)(execution, new AbortController().signal);
     if (prepared.method === 'eth_uninstallFilter' && outcome.kind === 'result') criteria.delete(params[0]);
@@ -92,10 +93,10 @@ export function createFilterCalls(deps: StatefulRouteDeps, filterIds: FilterIds)
   }
 
   return {
-    route(prepared, deadline, keyId) {
-      const scope = { network: deps.network.id, keyId };
-      if (FILTER_CREATING_METHODS.has(prepared.method)) return create(prepared, deadline, scope);
-      if (FILTER_PINNED_METHODS.has(prepared.method)) return pinned(prepared, deadline, scope);
+    route(prepared, deadline, caller) {
+      const scope = { network: deps.network.id, keyId: caller.keyId };
+      if (FILTER_CREATING_METHODS.has(prepared.method)) return create(prepared, deadline, scope, caller.trace);
+      if (FILTER_PINNED_METHODS.has(prepared.method)) return pinned(prepared, deadline, scope, caller.trace);
       return undefined;
     },
     criteriaOf(keyId, filterId) {

@@ -14,6 +14,8 @@ import { LOGS_TOO_LARGE, logsTooLargePolicy } from './policies/logs-too-large.js
 import { nullConfirmationPolicy, type NullConfirmation } from './policies/null-confirmation.js';
 import { resultCheckPolicy } from './policies/result-check.js';
 import { timeoutPolicy } from './policies/timeout.js';
+import { tracedPolicy } from './policies/traced.js';
+import type { RequestTrace } from './call-trace.js';
 import { attemptEachCandidate, chain, type Attempt, type AttemptFn, type AttemptPolicy, type CallPolicy, type Execution } from './policies/types.js';
 import { createSelector, type Selector } from './selection.js';
 import { createTransactionCalls } from './transactions.js';
@@ -22,7 +24,7 @@ import { Upstream, type AttemptOutcome, type RoutedUpstream } from './upstream.j
 /**
  * A network's upstreams behind the failsafe chain (docs/routing.md):
  *
- *   null confirmation → hedge → failover → [each candidate] → circuit breaker → observe → logs too large → result check → timeout → send
+ *   null confirmation → hedge → failover → [each candidate] → circuit breaker → trace → observe → logs too large → result check → timeout → send
  *
  * Candidates come from the selector (circuit, head lag, latency and errors); the health prober
  * keeps what the selector reads fresh. When every attempt fails the caller gets a `-32603` with
@@ -34,9 +36,10 @@ import { Upstream, type AttemptOutcome, type RoutedUpstream } from './upstream.j
 
 export type { Attempt, ForwardOutcome };
 
-/** Who makes a call: filter ids are bound to the API key. */
+/** Who makes a call: filter ids are bound to the API key; a traced request's attempts become spans of its trace. */
 export interface Caller {
   keyId: string;
+  trace?: RequestTrace | undefined;
 }
 
 export interface ForwarderObserver {
@@ -81,8 +84,8 @@ export interface ForwarderOptions {
   onFinalized?: (network: string, upstream: string, header: BlockHeader, fetchHeader: HeaderFetcher) => Promise<void>;
 }
 
-/** Calls made without a caller (internal ones) share one scope. */
-const NO_CALLER: Caller = { keyId: '' };
+/** Calls the gateway makes for itself (internal ones) share one scope, and are not traced. */
+export const INTERNAL_CALLER: Caller = Object.freeze({ keyId: '' });
 let processFilterIds: FilterIds | undefined;
 
 export function createForwarder(network: NetworkConfig, options: ForwarderOptions = {}): Forwarder {
@@ -104,7 +107,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
   );
 
   const send: AttemptFn = (upstream, execution, signal) =>
-    byId.get(upstream.id)!.send(execution.method, execution.paramsFor(upstream), signal, execution.check !== undefined);
+    byId.get(upstream.id)!.send(execution.method, execution.paramsFor(upstream), signal, execution.check !== undefined, execution.upstreamHeaders);
   const observed: AttemptPolicy = (next) => async (upstream, execution, signal) => {
     const outcome = await next(upstream, execution, signal);
     observe.attempt?.(network.id, upstream.id, outcome);
@@ -112,6 +115,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
   };
   const attempt = chain<AttemptFn>(
     circuitBreakerPolicy({ wrongAnswerReasons: new Set([UNVERIFIED]), answeredReasons: new Set([LOGS_TOO_LARGE]) }),
+    tracedPolicy(network.id),
     observed,
     logsTooLargePolicy(),
     resultCheckPolicy(UNVERIFIED),
@@ -138,7 +142,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     attempt,
     clock,
     candidatesFor: (prepared: PreparedCall) => servingOnly(selector.order(), prepared.servedBy),
-    executionFor: (prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[]) => createExecution(prepared, deadline, candidates, byId),
+    executionFor: (prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[], trace?: RequestTrace) => createExecution(prepared, deadline, candidates, byId, trace),
   };
   const filters = createFilterCalls(statefulDeps, options.filterIds ?? (processFilterIds ??= createFilterIds(randomBytes(32).toString('hex'))));
   const transactions = createTransactionCalls(statefulDeps);
@@ -187,14 +191,14 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
       prober?.stop();
       await Promise.all(upstreams.map((upstream) => upstream.close()));
     },
-    async forward(prepared, deadline, caller = NO_CALLER) {
-      const routed = filters.route(prepared, deadline, caller.keyId) ?? transactions.route(prepared, deadline);
+    async forward(prepared, deadline, caller = INTERNAL_CALLER) {
+      const routed = filters.route(prepared, deadline, caller) ?? transactions.route(prepared, deadline, caller.trace);
       if (routed !== undefined) return routed;
       const candidates = servingOnly(selector.order(), prepared.servedBy);
       if (candidates.length === 0) {
         return failed('TG_ERR_NO_HEALTHY_UPSTREAM', servingOnly(upstreams, prepared.servedBy).map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
       }
-      const execution = createExecution(prepared, deadline, candidates, byId);
+      const execution = createExecution(prepared, deadline, candidates, byId, caller.trace);
       const outcome = await call(execution, new AbortController().signal);
       return forwardOutcomeOf(outcome, execution, candidates, clock.now());
     },
@@ -209,11 +213,13 @@ function servingOnly<U extends RoutedUpstream>(upstreams: readonly U[], servedBy
   return servedBy === undefined ? upstreams : upstreams.filter((upstream) => servedBy.has(upstream.id));
 }
 
-function createExecution(prepared: PreparedCall, deadline: number, candidates: readonly RoutedUpstream[], byId: ReadonlyMap<string, Upstream>): Execution {
+function createExecution(prepared: PreparedCall, deadline: number, candidates: readonly RoutedUpstream[], byId: ReadonlyMap<string, Upstream>, trace: RequestTrace | undefined): Execution {
   let next = 0;
   const all = servingOnly([...byId.values()], prepared.servedBy);
   return {
     method: prepared.method,
+    trace,
+    attemptsStarted: 0,
     deadline,
     attempts: [],
     running: new Set(),
@@ -230,6 +236,8 @@ function probeExecution(method: string, deadline: number): Execution {
   return {
     method,
     deadline,
+    trace: undefined,
+    attemptsStarted: 0,
     attempts: [],
     running: new Set(),
     check: undefined,

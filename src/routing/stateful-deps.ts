@@ -1,6 +1,7 @@
 import type { NetworkConfig } from '../config/schema.js';
 import type { PreparedCall } from '../methods/registry.js';
 import type { Clock } from './clock.js';
+import type { RequestTrace } from './call-trace.js';
 import type { AttemptFn, Execution, RoutedUpstream } from './policies/types.js';
 import type { Upstream } from './upstream.js';
 
@@ -17,6 +18,6 @@ export interface StatefulRouteDeps {
   clock: Clock;
   /** The upstreams to try for `prepared`, best first: the selector's order without those that do not serve its method. */
   candidatesFor(prepared: PreparedCall): readonly RoutedUpstream[];
-  /** A fresh execution of `prepared` over `candidates`, in that order. */
-  executionFor(prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[]): Execution;
+  /** A fresh execution of `prepared` over `candidates`, in that order (its attempts spans of `trace`, when traced). */
+  executionFor(prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[], trace?: RequestTrace): Execution;
 }

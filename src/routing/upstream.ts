@@ -74,14 +74,16 @@ export class Upstream implements RoutedUpstream {
 
   /**
    * One JSON-RPC call. Aborting `signal` ends it with a failure (reason `cancelled`, or whatever
-   * the aborting policy says). `parseResult` asks for the parsed result beside its bytes.
+   * the aborting policy says). `parseResult` asks for the parsed result beside its bytes;
+   * `extraHeaders` go with this request only (a trace's `traceparent`).
    */
-  async send(method: string, params: unknown, signal: AbortSignal, parseResult: boolean): Promise<AttemptOutcome> {
+  async send(method: string, params: unknown, signal: AbortSignal, parseResult: boolean, extraHeaders?: Readonly<Record<string, string>>): Promise<AttemptOutcome> {
     const started = performance.now();
     const requestId = this.nextRequestId++;
     const body = JSON.stringify(params === undefined ? { jsonrpc: '2.0', id: requestId, method } : { jsonrpc: '2.0', id: requestId, method, params });
     try {
-      const response = await this.pool.request({ method: 'POST', path: this.path, headers: this.headers, body, signal });
+      const headers = extraHeaders === undefined ? this.headers : { ...this.headers, ...extraHeaders };
+      const response = await this.pool.request({ method: 'POST', path: this.path, headers, body, signal });
       // The answer's chunks as undici delivers them: the validator copies them into its own
       // memory, so concatenating them first (as `arrayBuffer()` does) would be a copy for nothing.
       const chunks: Buffer[] = [];

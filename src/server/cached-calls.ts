@@ -3,7 +3,7 @@ import type { CachePlan, CacheTier, ChainReader, ResponseCache, ServingFinality 
 import { createSingleFlight } from '../cache/single-flight.js';
 import type { PreparedCall } from '../methods/registry.js';
 import { headerOf } from '../routing/finality-probe.js';
-import type { ForwardOutcome } from '../routing/forward.js';
+import type { Caller, ForwardOutcome } from '../routing/forward.js';
 import type { NetworkRuntime } from './network-runtime.js';
 import type { StepOutcome } from './logs-calls.js';
 
@@ -54,9 +54,9 @@ export interface CachedCallsDeps {
 }
 
 export interface CachedCalls {
-  forward(call: Extract<PreparedCall, { kind: 'pass-through' }>, plan: CachePlan, network: NetworkRuntime, deadline: number, keyId: string, readCache: boolean): Promise<Answer>;
+  forward(call: Extract<PreparedCall, { kind: 'pass-through' }>, plan: CachePlan, network: NetworkRuntime, deadline: number, caller: Caller, readCache: boolean): Promise<Answer>;
   /** One step of a split `eth_getLogs` call (a chunk, a tag lookup), through the cache when it is a chunk over numbers. */
-  logsStep(step: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string, readCache: boolean, onPlanned?: () => void): Promise<StepOutcome>;
+  logsStep(step: PreparedCall, network: NetworkRuntime, deadline: number, caller: Caller, readCache: boolean, onPlanned?: () => void): Promise<StepOutcome>;
 }
 
 export function createCachedCalls(deps: CachedCallsDeps): CachedCalls {
@@ -86,11 +86,11 @@ export function createCachedCalls(deps: CachedCallsDeps): CachedCalls {
   }
 
   /** A pass-through call through the response cache: shared tier, then one upstream call shared by identical calls in flight. */
-  async function forward(call: Extract<PreparedCall, { kind: 'pass-through' }>, plan: CachePlan, network: NetworkRuntime, deadline: number, keyId: string, readCache: boolean): Promise<Answer> {
+  async function forward(call: Extract<PreparedCall, { kind: 'pass-through' }>, plan: CachePlan, network: NetworkRuntime, deadline: number, caller: Caller, readCache: boolean): Promise<Answer> {
     const sent = plan.params === call.params ? call : { ...call, params: plan.params };
     const run = async (): Promise<Answer> => {
       const outcome = await cache.through(plan, readerOf(network), { memory: false, shared: readCache }, async () => {
-        const forwarded = await network.forwarder.forward(sent, deadline, { keyId });
+        const forwarded = await network.forwarder.forward(sent, deadline, caller);
         const finality = forwarded.kind === 'result' ? network.forwarder.finalityOf(forwarded.upstream) : NO_FINALITY;
         return { answer: serialised(forwarded), bytes: forwarded.kind === 'result' ? forwarded.resultBytes : undefined, finality };
       });
@@ -122,15 +122,15 @@ export function createCachedCalls(deps: CachedCallsDeps): CachedCalls {
    * (the cache's own rules). Everything else (tag lookups, a pinned `eth_getFilterLogs`) goes to the
    * failsafe chain. Chunks are not coalesced: the splitter already bounds their concurrency.
    */
-  async function logsStep(step: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string, readCache: boolean, onPlanned?: () => void): Promise<StepOutcome> {
+  async function logsStep(step: PreparedCall, network: NetworkRuntime, deadline: number, caller: Caller, readCache: boolean, onPlanned?: () => void): Promise<StepOutcome> {
     // A chunk is a pass-through call; a `blockHash` call is the client's own `logs` call, pinned by its hash.
     const isLogsCall = (step.kind === 'pass-through' || step.kind === 'logs') && step.method === 'eth_getLogs';
     const plan = isLogsCall ? cache.plan(network.config, step.method, step.params, finalizedOf(network)) : undefined;
-    if (plan === undefined) return network.forwarder.forward(step, deadline, { keyId });
+    if (plan === undefined) return network.forwarder.forward(step, deadline, caller);
     onPlanned?.();
     const sent = plan.params === (step as { params: unknown }).params ? step : { ...step, params: plan.params };
     const outcome = await cache.through(plan, readerOf(network), { memory: readCache, shared: readCache }, async () => {
-      const forwarded = await network.forwarder.forward(sent, deadline, { keyId });
+      const forwarded = await network.forwarder.forward(sent, deadline, caller);
       const finality = forwarded.kind === 'result' ? network.forwarder.finalityOf(forwarded.upstream) : NO_FINALITY;
       return { answer: forwarded, bytes: forwarded.kind === 'result' ? forwarded.resultBytes : undefined, finality };
     });

@@ -41,6 +41,7 @@ export function createCallDispatcher(deps: { executor: CallExecutor; logger: Log
   function recordCall(item: RequestItem, reply: Reply, network: NetworkRuntime, ctx: RequestContext): void {
     const method = item.kind === 'call' && network.methods.has(item.method) ? item.method : 'other';
     ctx.calls.push({ method, outcome: outcomeOf(reply) });
+    if ('error' in reply) ctx.firstError ??= reply.error;
     // A bug met by one call is that call's -32603; the log keeps the error with its stack and cause.
     if ('error' in reply && reply.gatewayError?.code === 'TG_ERR_INTERNAL') {
       logger.error({ err: reply.gatewayError, requestId: ctx.requestId, method: item.kind === 'call' ? methodForLog(item.method, method !== 'other') : undefined }, 'call failed unexpectedly');

@@ -12,6 +12,7 @@ import type { RequestContext } from './context.js';
 import type { NetworkRuntime } from './network-runtime.js';
 import { runFilterLogsCall, runLogsCall, runLogsRange, type LogsOutcome } from './logs-calls.js';
 import { hex, type BlockRange, type LogsQuery } from '../routing/logs-range.js';
+import { INTERNAL_CALLER, type Caller } from '../routing/forward.js';
 
 /**
  * One JSON-RPC call, in two steps so that nothing is charged for an answer no one receives:
@@ -115,7 +116,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   const cachedCalls = createCachedCalls({
     cache,
     now,
-    forwardBlock: (call, network, deadline) => forward(call, network, deadline, ''),
+    forwardBlock: (call, network, deadline) => forward(call, network, deadline, INTERNAL_CALLER),
     onUpstreamCallSaved: deps.onUpstreamCallSaved,
   });
 
@@ -144,10 +145,10 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   const storeUnavailable = (id: IdText): Reply => errorReply(id, new GatewayError('TG_ERR_STORE_UNAVAILABLE'));
   const none = (reply: Reply): PendingReply => ({ ledger: 'none', reply });
 
-  async function forward(call: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string, plan?: CachePlan, readCache = true): Promise<Answer> {
-    if (plan !== undefined && call.kind === 'pass-through') return cachedCalls.forward(call, plan, network, deadline, keyId, readCache);
+  async function forward(call: PreparedCall, network: NetworkRuntime, deadline: number, caller: Caller, plan?: CachePlan, readCache = true): Promise<Answer> {
+    if (plan !== undefined && call.kind === 'pass-through') return cachedCalls.forward(call, plan, network, deadline, caller, readCache);
     // The key makes the call: filter ids are bound to it.
-    if (call.kind !== 'block') return serialised(await network.forwarder.forward(call, deadline, { keyId }));
+    if (call.kind !== 'block') return serialised(await network.forwarder.forward(call, deadline, caller));
     const { hash, hydrated } = call.query;
     // Keyed by the form fetched upstream: with `verification: full` a hydrated and a non-hydrated
     // miss of one block share one upstream call.
@@ -162,7 +163,8 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
           deps.onUpstreamCallSaved?.(network.config.id, call.method, 'shared');
           return { kind: 'cached', bytes: shared, attempts: [] };
         }
-        const outcome = await network.forwarder.forward(call, deadline);
+        // The leader's trace gets the attempts: a follower's request waited on them.
+        const outcome = await network.forwarder.forward(call, deadline, caller);
         // Only verified blocks reach this point (the forwarder's result check rejected the rest).
         if (outcome.kind !== 'result' || outcome.result === null) return serialised(outcome);
         // A copy: the bytes are a view into the whole upstream response, which the cache must not keep.
@@ -186,16 +188,16 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
    * chunk through the forward step on its own (logs-calls.ts), merged. The request's log line and
    * the metric get the upstream calls it took.
    */
-  async function forwardLogs(call: PreparedCall, network: NetworkRuntime, deadline: number, keyId: string, ctx: RequestContext): Promise<Answer> {
+  async function forwardLogs(call: PreparedCall, network: NetworkRuntime, deadline: number, caller: Caller, ctx: RequestContext): Promise<Answer> {
     let planned = false;
     const forwardChunk = (chunk: PreparedCall) =>
-      cachedCalls.logsStep(chunk, network, deadline, keyId, !ctx.skipCacheRead, () => {
+      cachedCalls.logsStep(chunk, network, deadline, caller, !ctx.skipCacheRead, () => {
         planned = true;
       });
     const outcome =
       call.kind === 'logs'
         ? await runLogsCall(call.query, call, network, forwardChunk)
-        : await runFilterLogsCall(call, network, (filterId) => network.forwarder.filterCriteria({ keyId }, filterId), forwardChunk);
+        : await runFilterLogsCall(call, network, (filterId) => network.forwarder.filterCriteria(caller, filterId), forwardChunk);
     ctx.upstreamCalls = (ctx.upstreamCalls ?? 0) + outcome.upstreamCalls;
     deps.onLogsCall?.(network.config.id, call.method, outcome.upstreamCalls);
     // X-Cache of a split call, when the cache knew its chunks: a hit only when it answered every one.
@@ -209,7 +211,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     const call: PreparedCall = { kind: 'logs', method: 'eth_getLogs', cost: 0, params: [{ ...filter, fromBlock: hex(range.from), toBlock: hex(range.to) }], query };
     const servedBy = network.methods.upstreamsServing('eth_getLogs');
     if (servedBy !== undefined) call.servedBy = servedBy;
-    return runLogsRange(query, range, call, network, (chunk) => cachedCalls.logsStep(chunk, network, deadline, '', true));
+    return runLogsRange(query, range, call, network, (chunk) => cachedCalls.logsStep(chunk, network, deadline, INTERNAL_CALLER, true));
   }
 
   /** Validates and prepares; a cache hit or a local answer is known at once, anything else goes upstream. */
@@ -286,7 +288,8 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     let outcome: Answer;
     try {
       const isLogs = call.kind === 'logs' || call.method === 'eth_getFilterLogs';
-      outcome = isLogs ? await forwardLogs(call, network, deadline, subject.keyId, ctx) : await forward(call, network, deadline, subject.keyId, plan, !ctx.skipCacheRead);
+      const caller: Caller = { keyId: subject.keyId, trace: ctx.trace };
+      outcome = isLogs ? await forwardLogs(call, network, deadline, caller, ctx) : await forward(call, network, deadline, caller, plan, !ctx.skipCacheRead);
     } catch (error) {
       // A bug on the way upstream (params no serialiser can take, say): this call alone fails, its credits go back.
       if (reserved !== undefined) await refund(reservationId, subject, ctx);

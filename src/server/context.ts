@@ -1,9 +1,10 @@
 import type { Socket } from 'node:net';
 import type { ServerResponse } from 'node:http';
 import type { Attempt } from '../routing/forward.js';
-import type { GatewayErrorCode } from '../errors.js';
+import type { GatewayErrorCode, JsonRpcErrorObject } from '../errors.js';
 import type { ChargeSubject } from '../metering/ledger.js';
 import { bounded } from '../logging/redaction.js';
+import type { RequestFacts, RequestSpan } from '../tracing/tracing.js';
 
 /**
  * Everything one HTTP request went through, filled in stage by stage. The log line, the metrics
@@ -47,6 +48,12 @@ export interface RequestContext {
   creditRejections: string[];
   /** The gateway error of a request rejected as a whole (or of a single request's reply). */
   errorCode?: GatewayErrorCode;
+  /** The first error reply of its calls (an upstream's or the gateway's), for the request explorer. */
+  firstError: JsonRpcErrorObject | undefined;
+  /** `http`, or `ws` for a WebSocket message. */
+  transport: 'http' | 'ws';
+  /** The request's trace span when tracing is on and the request is sampled (tracing/tracing.ts). */
+  trace: RequestSpan | undefined;
   /** The request's `Origin` when the answer may be read there (CORS headers on every answer). */
   corsOrigin: string | undefined;
   /** Key-settings rule types that refused the request or its calls, for the metric (made on the first). */
@@ -97,6 +104,9 @@ export function createRequestContext(requestId: string, socket?: Socket, respons
     charged: undefined,
     creditRejections: [],
     errorCode: undefined,
+    firstError: undefined,
+    transport: 'http',
+    trace: undefined,
     corsOrigin: undefined,
     ruleRejections: undefined,
   };
@@ -129,5 +139,23 @@ export function requestLogFields(ctx: RequestContext): Record<string, unknown> {
     upstream: ctx.upstream,
     upstreamCalls: ctx.upstreamCalls,
     attempts,
+  };
+}
+
+/** What a finished request tells its trace span (ids and outcomes only, as its log line). */
+export function requestFacts(ctx: RequestContext): RequestFacts {
+  return {
+    requestId: ctx.requestId,
+    transport: ctx.transport,
+    network: ctx.networkId,
+    methods: ctx.methods,
+    batchSize: ctx.batchSize,
+    teamId: ctx.teamId,
+    keyId: ctx.keyId,
+    status: ctx.httpStatus,
+    credits: ctx.creditsCharged,
+    cache: ctx.cache,
+    upstream: ctx.upstream,
+    error: ctx.errorCode ?? (ctx.firstError === undefined ? undefined : String(ctx.firstError.code)),
   };
 }

@@ -21,6 +21,7 @@ import { utcDay } from '../metering/meter.js';
 import type { KeyWithTeam } from '../store/index.js';
 import type { ResolveResult } from '../routing/network-resolver.js';
 import type { NetworkRuntime, NetworkSet } from './network-runtime.js';
+import type { RequestSpan } from '../tracing/tracing.js';
 
 /**
  * The RPC listener's request handler. The stages of a request, in order:
@@ -47,6 +48,8 @@ export interface RpcHandlerDeps {
   logger: Logger;
   /** Called once per request after its response is written, with the set it acquired. */
   onFinished: (ctx: RequestContext, networks: NetworkSet) => void;
+  /** Starts a request's trace span when tracing is on (undefined when the request is not traced). */
+  startTrace?: ((headers: IncomingHttpHeaders) => RequestSpan | undefined) | undefined;
 }
 
 export interface RpcHandler {
@@ -173,6 +176,7 @@ type TrackedSocket = Socket & { [PENDING_REQUEST]?: RequestContext; [CLIENT_ERRO
 export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
   const { server: serverConfig, logger } = deps;
   const scrubber = logScrubber(logger);
+  const startTrace = deps.startTrace;
   const limits: EnvelopeLimits = {
     maxBatchItems: serverConfig.maxBatchItems,
     maxParamsDepth: serverConfig.maxParamsDepth,
@@ -432,6 +436,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     const headers = req.headers;
     const socket: TrackedSocket = req.socket;
     const ctx = createRequestContext(requestIdOf(headers['x-request-id']), socket, res);
+    if (startTrace !== undefined) ctx.trace = startTrace(headers);
     socket[PENDING_REQUEST] = ctx;
     const networks = deps.acquireNetworks();
     handle(req, headers, res, ctx, networks).then(

@@ -1,5 +1,5 @@
 import { dayRange } from './day-range.js';
-import type { AlertStore, KeyDirectory, Ledger, SharedSecrets, Store, StoreSnapshot, TeamTokens, UsageReports } from './types.js';
+import type { AlertStore, KeyDirectory, Ledger, RequestLog, SharedSecrets, Store, StoreSnapshot, TeamTokens, UsageReports } from './types.js';
 
 /** What a driver builds; {@link composeStore} makes the one {@link Store} of them. */
 export interface StoreParts {
@@ -13,6 +13,8 @@ export interface StoreParts {
   hourlyUsage: UsageReports['hourlyUsage'];
   /** Team tokens, alert settings, event claims and webhook deliveries. */
   portal: TeamTokens & AlertStore;
+  /** The request explorer's bounded log (not part of a snapshot: it is a recent view, not a record). */
+  requests: RequestLog;
   /** Every team token with its hash, for a snapshot. */
   teamTokensWithHashes(): Promise<StoreSnapshot['teamTokens']>;
   /** Every shared secret, for a snapshot. */
@@ -30,6 +32,8 @@ export function composeStore(parts: StoreParts): Store {
     ...directory,
     ...parts.portal,
     hourlyUsage: parts.hourlyUsage,
+    appendRequests: parts.requests.appendRequests,
+    recentRequests: parts.requests.recentRequests,
     applyLedger: ledger.applyLedger,
     recoverReservations: ledger.recoverReservations,
     usage,

@@ -3,12 +3,12 @@
  *
  * One Redis keeps the layout it always had, so an upgraded deployment finds its data:
  *   used:team:<teamId>:<day>, used:key:<keyId>:<day>, bucket:<teamId>, resv:<id>, reservations,
- *   usage:c|r|h:<teamId>:<day>, team-alerts:<teamId>, team:<id>, key:<id>, ...
+ *   usage:c|r|h:<teamId>:<day>, team-alerts:<teamId>, requests:<teamId>, team:<id>, key:<id>, ...
  *
  * Redis Cluster runs a script only on keys of one node, and a MULTI only on keys of one slot, so:
  * - every key of a team's ledger carries the team's hash tag, `{t:<teamId>}`: its day totals,
  *   its keys' day totals, its throughput bucket, its usage hashes, its reservations and their
- *   index, its alert settings. A team's keys all sit in one slot; teams spread over every shard
+ *   index, its alert settings, its recent requests. A team's keys all sit in one slot; teams spread over every shard
  *   by the hash of their id.
  * - the directory (teams, keys, secrets, team tokens, webhook deliveries) carries one tag, `{d}`:
  *   it is read on a key-cache miss and written by admins, little next to the ledger, and one slot
@@ -35,6 +35,8 @@ export interface RedisKeyspace {
   /** Hash `c\t<keyId>\t<hour>` -> credits, `r\t<keyId>\t<hour>` -> requests. */
   usageHours(teamId: string, day: string): string;
   teamAlerts(teamId: string): string;
+  /** Zset of a team's recent requests (the request explorer), scored by arrival time. */
+  requests(teamId: string): string;
 
   team(teamId: string): string;
   teamName(name: string): string;
@@ -76,6 +78,7 @@ export function createRedisKeyspace(prefix: string, clustered: boolean): RedisKe
       usageRequests: (teamId, day) => `${p}usage:r:${teamId}:${day}`,
       usageHours: (teamId, day) => `${p}usage:h:${teamId}:${day}`,
       teamAlerts: (teamId) => `${p}team-alerts:${teamId}`,
+      requests: (teamId) => `${p}requests:${teamId}`,
       team: (id) => `${p}team:${id}`,
       teamName: (name) => `${p}team-name:${name}`,
       teams: `${p}teams`,
@@ -112,6 +115,7 @@ export function createRedisKeyspace(prefix: string, clustered: boolean): RedisKe
     usageRequests: (teamId, day) => `${t(teamId)}usage:r:${day}`,
     usageHours: (teamId, day) => `${t(teamId)}usage:h:${day}`,
     teamAlerts: (teamId) => `${t(teamId)}alerts`,
+    requests: (teamId) => `${t(teamId)}requests`,
     team: (id) => `${d}team:${id}`,
     teamName: (name) => `${d}team-name:${name}`,
     teams: `${d}teams`,

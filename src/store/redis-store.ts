@@ -4,6 +4,7 @@ import { createRedisConnection, type RedisConnection } from './redis-client.js';
 import { createRedisKeyDirectory } from './redis-key-directory.js';
 import { createRedisKeyspace } from './redis-keyspace.js';
 import { createRedisLedger } from './redis-ledger.js';
+import { createRedisRequestLog } from './redis-request-log.js';
 import { createRedisTeamTokens } from './redis-team-tokens.js';
 import { createRedisUsage } from './redis-usage.js';
 import type { Store, StoreSnapshot, UsageQuery, UsageRow } from './types.js';
@@ -115,6 +116,7 @@ async function storeOn(connection: RedisConnection, options: RedisStoreOptions):
       return values.sort((a, b) => (a.name < b.name ? -1 : 1));
     },
     hourlyUsage: usageStore.hourlyUsage,
+    requests: createRedisRequestLog(redis, keys),
     portal,
     async teamTokensWithHashes() {
       const hashKeys = await connection.scan(keys.teamTokenHash('*'));

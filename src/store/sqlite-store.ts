@@ -5,6 +5,7 @@ import { composeStore } from './compose-store.js';
 import { startSqliteCheckpointer, type SqliteCheckpointer } from './sqlite-checkpointer.js';
 import { createSqliteKeyDirectory } from './sqlite-key-directory.js';
 import { createSqliteLedger } from './sqlite-ledger.js';
+import { createSqliteRequestLog } from './sqlite-request-log.js';
 import { createSqliteTeamTokens } from './sqlite-team-tokens.js';
 import type { Store, StoreSnapshot, UsageQuery, UsageRow } from './types.js';
 
@@ -244,6 +245,7 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
       return hourlyRows.all(query.teamId, query.day).map((row) => ({ day: query.day, hour: row.hour, teamId: query.teamId, keyId: row.key_id, credits: row.credits, requests: row.requests }));
     },
     portal,
+    requests: createSqliteRequestLog(db),
     async teamTokensWithHashes() {
       return db
         .prepare<[], { id: string; team_id: string; token_hash: string; label: string | null; created_at: number; revoked_at: number | null }>(

@@ -134,7 +134,7 @@ export interface Snapshots {
  * A store driver: the hot {@link Ledger}, the {@link KeyDirectory}, usage reports and snapshots.
  * Callers take the narrowest of these they need.
  */
-export interface Store extends Ledger, KeyDirectory, UsageReports, Snapshots, SharedSecrets, TeamTokens, AlertStore {
+export interface Store extends Ledger, KeyDirectory, UsageReports, Snapshots, SharedSecrets, TeamTokens, AlertStore, RequestLog {
   /** Resolves if the store answers (readiness); rejects otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;
@@ -142,6 +142,70 @@ export interface Store extends Ledger, KeyDirectory, UsageReports, Snapshots, Sh
 
 export type { TeamToken, TeamTokens, NewTeamToken, AlertSettings, AlertStore, WebhookDelivery, HourlyUsageQuery, HourlyUsageRow } from './portal-types.js';
 import type { AlertSettings, AlertStore, HourlyUsageQuery, HourlyUsageRow, TeamToken, TeamTokens } from './portal-types.js';
+
+/**
+ * One request as the request explorer keeps it (docs/explorer.md): what happened to it, never what
+ * was sent. No params, no bodies, no API keys or secrets; error messages are bounded and have long
+ * hex and base58 runs (addresses, hashes, keys) cut out before they are recorded.
+ */
+export interface RequestRecord {
+  /** Epoch ms at which the request arrived. */
+  at: number;
+  requestId: string;
+  teamId: string;
+  keyId: string;
+  network: string | null;
+  transport: 'http' | 'ws';
+  /** The method, `batch` for a batch (its methods in `methods`), null when the body could not be read as calls. */
+  method: string | null;
+  /** A batch's methods (at most {@link MAX_RECORDED_METHODS}); absent for a single call. */
+  methods?: string[];
+  /** HTTP status (499 when the client left before its answer; 200 on WebSocket). */
+  status: number;
+  /** False when the request or any of its calls got an error. */
+  ok: boolean;
+  credits: number;
+  latencyMs: number;
+  cache: 'hit' | 'miss' | 'bypass' | null;
+  upstream: string | null;
+  /** Upstream calls of a split `eth_getLogs`, when there were any. */
+  upstreamCalls: number | null;
+  /** The first error's JSON-RPC code and message, when there was one. */
+  errorCode: number | null;
+  errorMessage: string | null;
+}
+
+/** A batch's methods kept in its record, beyond which the list is cut. */
+export const MAX_RECORDED_METHODS = 20;
+/** Requests kept per team: the oldest go as new ones arrive. */
+export const REQUESTS_KEPT_PER_TEAM = 1_000;
+
+export interface RequestQuery {
+  teamId: string;
+  keyId?: string;
+  method?: string;
+  /** `ok`, `error`, or an HTTP status. */
+  status?: 'ok' | 'error' | number;
+  /** At most this many, newest first. */
+  limit: number;
+}
+
+/** The request explorer's store: the last {@link REQUESTS_KEPT_PER_TEAM} requests of each team, from every replica. */
+export interface RequestLog {
+  /** Adds requests (a batch of several teams' requests) and drops each team's beyond the bound. */
+  appendRequests(records: readonly RequestRecord[]): Promise<void>;
+  /** A team's requests matching the query, newest first. */
+  recentRequests(query: RequestQuery): Promise<RequestRecord[]>;
+}
+
+/** True when a record matches a query's filters (the team is the store's to match). */
+export function matchesRequestQuery(record: RequestRecord, query: RequestQuery): boolean {
+  if (query.keyId !== undefined && record.keyId !== query.keyId) return false;
+  if (query.method !== undefined && record.method !== query.method && !(record.methods?.includes(query.method) ?? false)) return false;
+  if (query.status === 'ok') return record.ok;
+  if (query.status === 'error') return !record.ok;
+  return query.status === undefined || record.status === query.status;
+}
 
 /** Thrown for store-level conflicts such as a duplicate team name. */
 export class StoreConflictError extends Error {

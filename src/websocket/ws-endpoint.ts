@@ -18,6 +18,7 @@ import { CLIENT_LEFT, type CallDispatcher } from '../server/call-dispatch.js';
 import { refusal, type CallExecutor, type CallItem, type PendingReply } from '../server/call-executor.js';
 import { clientGone, createRequestContext, CLIENT_CLOSED_REQUEST, requestLogFields, type RequestContext } from '../server/context.js';
 import type { NetworkRuntime, NetworkSet } from '../server/network-runtime.js';
+import type { RequestSpan } from '../tracing/tracing.js';
 import type { SubscriptionHub, SubscriptionKind } from './subscription-hub.js';
 import type { EventOutbox, OverflowScope } from './event-outbox.js';
 import { createEventDelivery, type ClientSubscription, type DeliveryObserver, type QueuedEvent } from './event-delivery.js';
@@ -42,6 +43,8 @@ export interface WebSocketEndpointDeps {
   currentNetworks: () => NetworkSet;
   /** Pairs with `acquireNetworks` for one message; also records the message's metrics. */
   onFinished: (ctx: RequestContext, networks: NetworkSet) => void;
+  /** Starts a message's trace span when tracing is on (each message is a request of its own). */
+  startTrace?: (() => RequestSpan | undefined) | undefined;
   authenticator: Authenticator;
   calls: CallDispatcher;
   executor: CallExecutor;
@@ -431,7 +434,9 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
     // A closing connection takes no more work: nothing it asks could be delivered.
     if (connection.closing) return;
     const ctx = createRequestContext(nextId(), connection.view);
+    ctx.transport = 'ws';
     ctx.networkId = connection.networkId;
+    if (deps.startTrace !== undefined) ctx.trace = deps.startTrace();
     const networks = deps.acquireNetworks();
     try {
       const network = networks.byId.get(connection.networkId);

@@ -1,4 +1,5 @@
 import type { JsonRpcErrorObject } from '../../errors.js';
+import type { RequestTrace } from '../call-trace.js';
 import type { AttemptOutcome, RoutedUpstream } from '../upstream.js';
 
 /**
@@ -45,6 +46,12 @@ export interface Execution {
   peekCandidate(): RoutedUpstream | undefined;
   /** Every other upstream of the network that is not refusing attempts (for confirmations). */
   othersThan(upstreamId: string): RoutedUpstream[];
+  /** The request's trace when it is traced: each attempt becomes a span (policies/traced.ts). */
+  readonly trace: RequestTrace | undefined;
+  /** Attempts started so far, counted for the trace only. */
+  attemptsStarted: number;
+  /** Extra headers of this attempt's upstream request (the trace's `traceparent`), if any. */
+  readonly upstreamHeaders?: Readonly<Record<string, string>>;
 }
 
 export type AttemptFn = (upstream: RoutedUpstream, execution: Execution, signal: AbortSignal) => Promise<AttemptOutcome>;

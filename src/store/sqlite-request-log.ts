@@ -1,0 +1,52 @@
+import type Database from 'better-sqlite3';
+import { matchesRequestQuery, REQUESTS_KEPT_PER_TEAM, type RequestLog, type RequestRecord } from './types.js';
+
+/**
+ * The request explorer's log in SQLite: one row per request, the record as JSON. Every process on
+ * the host writes into the same table, so a team's explorer shows every worker's requests. Each
+ * append trims its teams back to the newest {@link REQUESTS_KEPT_PER_TEAM} in the same
+ * transaction, so a team's rows never grow past the bound for longer than one batch.
+ */
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS request_log (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  team_id TEXT NOT NULL,
+  at INTEGER NOT NULL,
+  record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS request_log_team_at ON request_log (team_id, at, id);
+`;
+
+export function createSqliteRequestLog(db: Database.Database, kept = REQUESTS_KEPT_PER_TEAM): RequestLog {
+  db.exec(SCHEMA);
+  const insert = db.prepare<[string, number, string]>('INSERT INTO request_log (team_id, at, record) VALUES (?, ?, ?)');
+  const trim = db.prepare<[string, string, number]>(
+    'DELETE FROM request_log WHERE team_id = ? AND id IN (SELECT id FROM request_log WHERE team_id = ? ORDER BY at DESC, id DESC LIMIT -1 OFFSET ?)',
+  );
+  const newest = db.prepare<[string, number], { record: string }>('SELECT record FROM request_log WHERE team_id = ? ORDER BY at DESC, id DESC LIMIT ?');
+  const append = db.transaction((records: readonly RequestRecord[]) => {
+    const teams = new Set<string>();
+    for (const record of records) {
+      insert.run(record.teamId, record.at, JSON.stringify(record));
+      teams.add(record.teamId);
+    }
+    for (const teamId of teams) trim.run(teamId, teamId, kept);
+  });
+
+  return {
+    async appendRequests(records) {
+      if (records.length > 0) append(records);
+    },
+    async recentRequests(query) {
+      const found: RequestRecord[] = [];
+      for (const row of newest.all(query.teamId, kept)) {
+        const record = JSON.parse(row.record) as RequestRecord;
+        if (!matchesRequestQuery(record, query)) continue;
+        found.push(record);
+        if (found.length >= query.limit) break;
+      }
+      return found;
+    },
+  };
+}
