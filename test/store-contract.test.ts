@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { openStore, StoreConflictError, type ApiKey, type KeySettings, type ChargeSubject, type LedgerResult, type Store, type StoreSnapshot, type Team } from '../src/store/index.js';
+import { openStore, StoreConflictError, type ApiKey, type KeySettings, type ChargeSubject, type LedgerResult, type RequestQuery, type RequestRecord, type Store, type StoreSnapshot, type Team } from '../src/store/index.js';
 import { useRedis, useRedisCluster } from './helpers/redis.js';
 import { EMPTY_SETTINGS } from '../src/auth/key-settings.js';
 
@@ -726,6 +726,64 @@ describe.each<DriverName>(['sqlite', 'redis', 'redis-cluster'])('Store contract:
       // The hours add up to the day's usage.
       const day = await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY });
       expect(day.reduce((sum, row) => sum + row.credits, 0)).toBe(165);
+    });
+  });
+
+  describe('request explorer log', () => {
+    const record = (teamId: string, at: number, extra: Partial<RequestRecord> = {}): RequestRecord => ({
+      at,
+      requestId: `req-${teamId}-${at}`,
+      teamId,
+      keyId: 'key_a',
+      network: 'eth',
+      transport: 'http',
+      method: 'eth_chainId',
+      status: 200,
+      ok: true,
+      credits: 0,
+      latencyMs: 0.5,
+      cache: null,
+      upstream: null,
+      upstreamCalls: null,
+      errorCode: null,
+      errorMessage: null,
+      ...extra,
+    });
+
+    it("keeps each team's newest 1,000 across batches and handles, newest first, other teams untouched", async () => {
+      const { store, another } = await freshBacking(driver);
+      const replica = await another();
+      // Two replicas append interleaved batches, the later one holding older requests too.
+      const times = Array.from({ length: 1_100 }, (_, index) => 1_000_000 + index);
+      await store.appendRequests(times.filter((at) => at % 2 === 0).slice(300).map((at) => record('team-a', at)));
+      await replica.appendRequests(times.filter((at) => at % 2 === 1).map((at) => record('team-a', at)));
+      await replica.appendRequests([record('team-b', 5), record('team-b', 6, { method: 'eth_call' })]);
+      await store.appendRequests(times.filter((at) => at % 2 === 0).slice(0, 300).map((at) => record('team-a', at)));
+      const newest = await replica.recentRequests({ teamId: 'team-a', limit: 1_000 });
+      expect(newest.map((entry) => entry.at)).toEqual(times.slice(100).reverse());
+      expect(newest[0]).toEqual(record('team-a', 1_001_099));
+      expect((await store.recentRequests({ teamId: 'team-a', limit: 3 })).map((entry) => entry.at)).toEqual([1_001_099, 1_001_098, 1_001_097]);
+      expect((await store.recentRequests({ teamId: 'team-b', limit: 10 })).map((entry) => entry.at)).toEqual([6, 5]);
+      expect(await store.recentRequests({ teamId: 'team-c', limit: 10 })).toEqual([]);
+    });
+
+    it('filters by key, method (a batch matches any of its methods) and status (ok, error, an HTTP status)', async () => {
+      const { store } = await freshBacking(driver);
+      await store.appendRequests([
+        record('t', 1),
+        record('t', 2, { keyId: 'key_b', method: 'eth_call', ok: false, errorCode: 3, errorMessage: 'execution reverted' }),
+        record('t', 3, { method: 'batch', methods: ['eth_blockNumber', 'eth_call'] }),
+        record('t', 4, { status: 429, ok: false, errorCode: -32005, errorMessage: 'daily credit balance exhausted' }),
+      ]);
+      const ats = async (query: Omit<RequestQuery, 'teamId' | 'limit'>) => (await store.recentRequests({ teamId: 't', limit: 10, ...query })).map((entry) => entry.at);
+      expect(await ats({})).toEqual([4, 3, 2, 1]);
+      expect(await ats({ keyId: 'key_b' })).toEqual([2]);
+      expect(await ats({ method: 'eth_call' })).toEqual([3, 2]);
+      expect(await ats({ status: 'error' })).toEqual([4, 2]);
+      expect(await ats({ status: 'ok' })).toEqual([3, 1]);
+      expect(await ats({ status: 429 })).toEqual([4]);
+      expect(await ats({ keyId: 'key_a', status: 'ok', method: 'eth_chainId' })).toEqual([1]);
+      expect((await store.recentRequests({ teamId: 't', limit: 2 })).map((entry) => entry.at)).toEqual([4, 3]);
     });
   });
 });
