@@ -2,6 +2,8 @@
 // puppeteer-core against a real gateway on loopback. Sign in with a team token; the numbers on
 // the page equal the ledger's; create a key and call the gateway with it; after a reload the page
 // shows the new usage; rotate and revoke it; sign out. A second team's token sees none of it.
+// Under the balance, the quota forecast: the gateway's clock runs from 14:15 UTC today, so the
+// last hour is hour 14 and the times it gives are known.
 // The page must also fit 360 px, be usable by keyboard and label its controls, and a normal visit
 // must leave the browser console empty: no error or warning, no page error, no failed request
 // (signed out, the page's own session check answers 200; its icon is served).
@@ -38,7 +40,10 @@ let keyOfB: string;
 /** What the browser reported that a user would see as broken: console errors and warnings, page errors, failed requests. */
 const problems: string[] = [];
 
-const today = () => new Date().toISOString().slice(0, 10);
+// The gateway's clock: real time, moved so that the test starts at 14:15:00 UTC of today.
+const clockOffset = Date.parse(`${new Date().toISOString().slice(0, 10)}T14:15:00Z`) - Date.now();
+const now = () => Date.now() + clockOffset;
+const today = () => new Date(now()).toISOString().slice(0, 10);
 const call = (secret: string, method = 'eth_chainId') => rpc(t.url('eth', secret), { jsonrpc: '2.0', id: 1, method });
 
 async function ledgerUsed(teamId: string): Promise<number> {
@@ -76,6 +81,7 @@ beforeAll(async () => {
   if (executablePath === undefined) throw new Error(CHROMIUM_MISSING);
   t = await startTestGateway({
     dailyCredits: 10_000,
+    now,
     config: { portal: { enabled: true, host: '127.0.0.1', port: 0 }, cache: { maxBytes: 0 } },
     networks: [{ id: 'eth', kind: 'evm', chainId: 1, upstreams: [{ id: 'none', url: 'http://127.0.0.1:9' }] }],
   });
@@ -144,6 +150,8 @@ describe.skipIf(SKIP_BROWSER_TESTS)('the team portal in Chromium', () => {
     const hourly = await t.store.hourlyUsage({ teamId: t.team.id, day: today() });
     expect(await valueOf('today-credits')).toBe(String(hourly.reduce((sum, row) => sum + row.credits, 0)));
     expect(await valueOf('today-requests')).toBe('3');
+    // 15 credits in the last hour: the 9,985 left outlast the day.
+    expect(await page.$eval('#forecast', (element) => [(element as HTMLElement).hidden, element.textContent])).toEqual([false, 'At this rate the quota lasts until the daily reset']);
     // The session cookie is invisible to scripts.
     expect(await page.evaluate(() => document.cookie)).toBe('');
     const cookies = await browser.cookies();
@@ -266,5 +274,15 @@ describe.skipIf(SKIP_BROWSER_TESTS)('the team portal in Chromium', () => {
     expect(labels).toEqual(['eth_chainId']);
     const keyIds = await page.$$eval('#keys-table tbody tr', (rows) => rows.map((r) => (r as HTMLElement).dataset.keyId));
     expect(keyIds).toEqual([keyOfB]);
+    // With a quota of 6, the 1 credit left lasts 12 minutes at the last hour's 5 (hour 14's).
+    await t.store.updateTeam(teamB.id, { dailyCredits: 6 });
+    const before = now();
+    await page.reload();
+    await waitForLoad(0);
+    const after = now();
+    const runsOutAt = await valueOf('forecast');
+    expect(Date.parse(runsOutAt)).toBeGreaterThanOrEqual(before + 12 * 60_000);
+    expect(Date.parse(runsOutAt)).toBeLessThanOrEqual(after + 12 * 60_000);
+    expect(await page.$eval('#forecast', (element) => element.textContent)).toBe(`At this rate the daily quota runs out at ${runsOutAt.slice(11, 16)} UTC`);
   });
 });

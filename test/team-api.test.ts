@@ -3,9 +3,11 @@
 // usage, and every team route answers another team's ids exactly as ids that do not exist. The
 // session cookie of the page is HTTP-only, SameSite=Strict, expires, and its writes need the
 // CSRF token. Real gateway on loopback, real SQLite store, calls answered by the gateway itself.
+// The overview's quota forecast is checked on a second gateway whose clock the test sets.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { issueKey } from '../src/admin/key-issuer.js';
+import { issueTeamToken } from '../src/portal/team-token.js';
 import type { Team } from '../src/store/index.js';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
 
@@ -154,6 +156,56 @@ describe('the team API', () => {
     const csv = await admin('GET', `/v1/usage.csv?team=${teamB.name}&days=30`);
     expect(csv.status).toBe(200);
     expect(csv.text).toBe(`day,team_id,key_id,network,method,credits,requests\r\n${today()},${teamB.id},${keyOfB.id},eth,eth_chainId,5,1\r\n`);
+  });
+});
+
+describe('GET /v1/team: the quota forecast', () => {
+  // A gateway of its own whose clock stands still where the test puts it: calls are charged, and
+  // counted in hours, at the time it says.
+  let time = Date.parse('2026-03-14T13:40:00Z');
+  let f: TestGateway;
+  let token: string;
+  const overview = async () => {
+    const response = await fetch(`${f.gateway.portalOrigin}/v1/team`, { headers: { authorization: `Bearer ${token}` } });
+    expect(response.status).toBe(200);
+    return (await response.json()) as any;
+  };
+  const calls = async (n: number) => {
+    for (let id = 0; id < n; id += 1) await rpc(f.url('eth'), { jsonrpc: '2.0', id, method: 'eth_chainId' });
+  };
+
+  beforeAll(async () => {
+    f = await startTestGateway({
+      dailyCredits: 200,
+      now: () => time,
+      config: { portal: { enabled: true, host: '127.0.0.1', port: 0 } },
+      networks: [{ id: 'eth', kind: 'evm', chainId: 1, upstreams: [{ id: 'none', url: 'http://127.0.0.1:9' }] }],
+    });
+    token = (await issueTeamToken(f.store, f.team.id, 'forecast')).secret;
+  });
+  afterAll(async () => {
+    await f?.close();
+  });
+
+  it('nothing spent yet: lasts until the daily reset', async () => {
+    expect((await overview()).forecast).toEqual({ state: 'lasts', creditsLastHour: 0, runsOutAt: null });
+  });
+
+  it('40 credits at 13:40 and 30 at 14:15: 60 in the last hour, the 130 left run out at 16:25 UTC; then exhausted', async () => {
+    await calls(8); // eth_chainId costs 5
+    time = Date.parse('2026-03-14T14:15:00Z');
+    await calls(6);
+    const at1415 = await overview();
+    expect(at1415.today).toMatchObject({ day: '2026-03-14', used: 70, remaining: 130 });
+    // Hour 14's 30 + 0.75 × hour 13's 40 = 60 an hour; 130 / 60 h = 2 h 10 min.
+    expect(at1415.forecast).toEqual({ state: 'runs-out', creditsLastHour: 60, runsOutAt: '2026-03-14T16:25:00.000Z' });
+    // An hour later nothing more was spent: 0.75 × hour 14's 30 = 22.5 an hour, 130 / 22.5 h = 5 h 46 min 40 s.
+    time = Date.parse('2026-03-14T15:15:00Z');
+    expect((await overview()).forecast).toEqual({ state: 'runs-out', creditsLastHour: 22.5, runsOutAt: '2026-03-14T21:01:40.000Z' });
+    await calls(30);
+    const spent = await overview();
+    expect(spent.today).toMatchObject({ used: 200, remaining: 0 });
+    expect(spent.forecast).toEqual({ state: 'exhausted', creditsLastHour: 130 + 22.5, runsOutAt: null });
   });
 });
 

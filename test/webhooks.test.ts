@@ -2,7 +2,8 @@
 // HTTP receiver on port 0 and real gateways: thresholds crossed by real calls fire once each (also
 // with two gateway instances sharing one real redis-server), signatures verify with the
 // documented scheme, a receiver that fails twice gets the event on the third attempt, and one
-// that never answers is bounded. Retry waits are injected: no test sleeps for a backoff.
+// that never answers is bounded. Events below 100 % carry the quota forecast, checked at an
+// injected time against the arithmetic. Retry waits are injected: no test sleeps for a backoff.
 
 import { createHmac } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -74,10 +75,11 @@ async function waitFor(condition: () => boolean, what: string, ms = 10_000): Pro
   }
 }
 
-function gatewayWith(receiver: Receiver, extra: Record<string, unknown> = {}, options: { store?: Store; dailyCredits?: number; sleeps?: number[] } = {}): Promise<TestGateway> {
+function gatewayWith(receiver: Receiver, extra: Record<string, unknown> = {}, options: { store?: Store; dailyCredits?: number; sleeps?: number[]; now?: () => number } = {}): Promise<TestGateway> {
   return startTestGateway({
     dailyCredits: options.dailyCredits ?? 100,
     store: options.store,
+    now: options.now,
     config: { webhooks: { url: receiver.url, signingSecret: SECRET, ...extra }, cache: { maxBytes: 0 } },
     networks: [network],
     webhookSleep: async (ms) => void options.sleeps?.push(ms),
@@ -101,7 +103,9 @@ describe('quota.threshold', () => {
     expect(receiver.received).toHaveLength(3);
     const events = receiver.received.map((r) => r.json).sort((a, b) => a.threshold - b.threshold);
     const resetsAt = new Date(Date.parse(`${today()}T00:00:00Z`) + 86_400_000).toISOString();
-    expect(events).toEqual([
+    // The forecast depends on the time of day (its values are checked at an injected time below).
+    expect(events.map((event) => 'forecast' in event)).toEqual([true, true, false]);
+    expect(events.map(({ forecast: _forecast, ...event }) => event)).toEqual([
       { id: expect.stringMatching(/^evt_[0-9a-f]{24}$/), type: 'quota.threshold', team: t.team.id, day: today(), threshold: 75, used: 75, limit: 100, resetsAt },
       { id: expect.stringMatching(/^evt_/), type: 'quota.threshold', team: t.team.id, day: today(), threshold: 90, used: 90, limit: 100, resetsAt },
       { id: expect.stringMatching(/^evt_/), type: 'quota.threshold', team: t.team.id, day: today(), threshold: 100, used: 100, limit: 100, resetsAt },
@@ -125,6 +129,31 @@ describe('quota.threshold', () => {
     expect(deliveries.deliveries.every((d: any) => d.outcome === 'delivered' && d.status === 200 && d.attempt === 1 && d.type === 'quota.threshold')).toBe(true);
     const metrics = await (await fetch(`${t.gateway.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } })).text();
     expect(metrics).toContain('tollgate_webhook_deliveries_total{type="quota.threshold",outcome="delivered"} 3');
+  });
+
+  it('75 and 90 % carry when the quota runs out at the last hour’s rate, computed at send time; 100 % carries none', async () => {
+    const receiver = await startReceiver();
+    cleanups.push(receiver.close);
+    let time = Date.parse('2026-03-14T10:40:00Z');
+    const t = await gatewayWith(receiver, {}, { now: () => time });
+    cleanups.push(t.close);
+    const calls = async (from: number, n: number) => {
+      for (let id = from; id < from + n; id += 1) expect((await call(t.url('eth'), id)).status).toBe(200);
+    };
+    await calls(0, 12); // 60 credits in hour 10
+    time = Date.parse('2026-03-14T11:15:00Z');
+    await calls(12, 3); // 15 in hour 11: 75 used
+    await waitFor(() => receiver.received.length >= 1, 'the 75 % event');
+    await calls(15, 3); // 90 used
+    await waitFor(() => receiver.received.length >= 2, 'the 90 % event');
+    await calls(18, 2); // 100 used
+    await waitFor(() => receiver.received.length >= 3, 'the 100 % event');
+    const [at75, at90, at100] = receiver.received.map((r) => r.json);
+    // The last hour at 11:15: hour 11 + 0.75 × hour 10. 75 % used: 15 + 45 = 60 an hour, the 25 left last 25 minutes.
+    expect(at75).toMatchObject({ threshold: 75, used: 75, limit: 100, forecast: { creditsLastHour: 15 + 0.75 * 60, runsOutAt: '2026-03-14T11:40:00.000Z' } });
+    // 90 % used: 30 + 45 = 75 an hour, the 10 left last 8 minutes.
+    expect(at90).toMatchObject({ threshold: 90, used: 90, forecast: { creditsLastHour: 30 + 0.75 * 60, runsOutAt: '2026-03-14T11:23:00.000Z' } });
+    expect(at100).toEqual({ id: expect.stringMatching(/^evt_/), type: 'quota.threshold', team: t.team.id, day: '2026-03-14', threshold: 100, used: 100, limit: 100, resetsAt: '2026-03-15T00:00:00.000Z' });
   });
 
   it("a team's own thresholds and webhook (admin API) replace the defaults, signed with the team's secret", async () => {

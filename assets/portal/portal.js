@@ -108,6 +108,17 @@
     });
   }
 
+  // One line under the balance; none when the quota is used up (the cards and the bar say so).
+  function renderForecast(forecast) {
+    const line = $('forecast');
+    line.dataset.state = forecast.state;
+    line.dataset.value = forecast.runsOutAt || '';
+    if (forecast.state === 'runs-out') line.textContent = `At this rate the daily quota runs out at ${forecast.runsOutAt.slice(11, 16)} UTC`;
+    else if (forecast.state === 'lasts') line.textContent = 'At this rate the quota lasts until the daily reset';
+    else line.textContent = '';
+    line.hidden = forecast.state === 'exhausted';
+  }
+
   function settingsText(key) {
     const parts = [];
     parts.push(key.dailyCap === null ? 'no cap' : `cap ${number(key.dailyCap)}/day`);
@@ -223,6 +234,7 @@
     const share = overview.today.limit === 0 ? 100 : Math.min(100, Math.round((overview.today.used * 100) / overview.today.limit));
     $('used-bar').setAttribute('aria-valuenow', String(share));
     $('used-fill').style.width = `${share}%`;
+    renderForecast(overview.forecast);
     state.keys = keys.keys;
     state.usage = usage;
     renderKeys();

@@ -40,7 +40,7 @@ export function createAlerting(
     onAttempt: options.onAttempt,
     logger,
   });
-  const quota = createQuotaAlerts({ store, targets, sender, logger });
+  const quota = createQuotaAlerts({ store, targets, sender, now, logger });
   late.quota = quota;
   const keys = createKeyEvents({ store, targets, sender, expiringDays: config.keyExpiringDays, now, logger });
   return {

@@ -1,8 +1,9 @@
 import { hash } from 'node:crypto';
 import type { Logger } from '../logging/logger.js';
-import { nextUtcMidnight } from '../metering/meter.js';
+import { nextUtcMidnight, utcDay } from '../metering/meter.js';
+import { quotaForecast, readCreditsLastHour } from '../metering/quota-forecast.js';
 import type { ChargeSubject, Ledger, LedgerOp, LedgerResult } from '../metering/ledger.js';
-import type { AlertStore } from '../store/index.js';
+import type { AlertStore, UsageReports } from '../store/index.js';
 import type { AlertTargets } from './alert-targets.js';
 import type { WebhookSender } from './webhook-sender.js';
 
@@ -15,6 +16,8 @@ import type { WebhookSender } from './webhook-sender.js';
  * team's spend right after it, and {@link QuotaAlerts.watch} compares that number with the
  * thresholds this process holds in memory. Only a crossing not yet seen here goes to the store,
  * to claim the event (INSERT OR IGNORE / SET NX); the replica that wins the claim sends it.
+ * Events below 100 % carry a forecast of when the quota runs out at the last hour's rate; the
+ * hourly usage it needs is read only then, by the replica sending the event.
  */
 
 export interface QuotaAlerts {
@@ -39,12 +42,14 @@ export function eventId(eventKey: string): string {
 }
 
 export function createQuotaAlerts(options: {
-  store: Pick<AlertStore, 'claimEvent'>;
+  store: Pick<AlertStore, 'claimEvent'> & Pick<UsageReports, 'hourlyUsage'>;
   targets: AlertTargets;
   sender: WebhookSender;
+  /** The time of a forecast (when its event is sent). */
+  now: () => number;
   logger?: Logger;
 }): QuotaAlerts {
-  const { targets, sender, store } = options;
+  const { targets, sender, store, now } = options;
   /** Thresholds already handled here (claimed, or found claimed), per team of `firedDay`. */
   let firedDay = '';
   const fired = new Map<string, Set<number>>();
@@ -88,10 +93,29 @@ export function createQuotaAlerts(options: {
       const { target } = await targets.get(teamId);
       if (target === null) return;
       const resetsAt = new Date(nextUtcMidnight(Date.parse(`${day}T00:00:00Z`))).toISOString();
-      await sender.deliver({ id: eventId(key), type: 'quota.threshold', team: teamId, day, threshold, used, limit, resetsAt }, target);
+      const event = { id: eventId(key), type: 'quota.threshold', team: teamId, day, threshold, used, limit, resetsAt };
+      // 100 % needs no forecast: the quota has run out.
+      await sender.deliver(threshold < 100 ? { ...event, forecast: await forecast(teamId, day, used, limit) } : event, target);
     } catch (error) {
       // The claim is taken only once: a store error here means this crossing may go unsent.
       options.logger?.error({ err: error, team: teamId, threshold }, 'quota alert could not be claimed or sent');
+    }
+  }
+
+  /**
+   * `{creditsLastHour, runsOutAt}` at send time, for the spend the event reports. A day that has
+   * ended since (a late settle) has reset: no time then. Null if the hourly usage cannot be read:
+   * the event is claimed already, and is better sent without a forecast than not at all.
+   */
+  async function forecast(teamId: string, day: string, used: number, limit: number): Promise<{ creditsLastHour: number; runsOutAt: string | null } | null> {
+    const at = now();
+    try {
+      const creditsLastHour = await readCreditsLastHour((query) => store.hourlyUsage(query), teamId, at);
+      const { runsOutAt } = quotaForecast({ used, limit, creditsLastHour, now: at });
+      return { creditsLastHour, runsOutAt: utcDay(at) === day ? runsOutAt : null };
+    } catch (error) {
+      options.logger?.error({ err: error, team: teamId }, 'quota alert forecast: hourly usage could not be read');
+      return null;
     }
   }
 

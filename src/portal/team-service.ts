@@ -1,5 +1,6 @@
 import { AdminError, type AdminService, type KeyUpdate, type UpdatedKey, type UsageReport } from '../admin/admin-service.js';
 import { nextUtcMidnight, utcDay } from '../metering/meter.js';
+import { quotaForecast, readCreditsLastHour, type QuotaForecast } from '../metering/quota-forecast.js';
 import type { ApiKey, HourlyUsageRow, KeyDirectory, Ledger, RequestLog, Team, UsageReports } from '../store/index.js';
 import { readRequests, requestQueryOf, type ExplorerRow } from '../explorer/request-queries.js';
 
@@ -19,6 +20,8 @@ export interface KeyView extends ApiKey {
 export interface TeamOverview {
   team: Pick<Team, 'id' | 'name' | 'dailyCredits' | 'creditsPerSecond'>;
   today: { day: string; used: number; remaining: number; limit: number; resetsAt: string };
+  /** When today's quota runs out at the last hour's rate (src/metering/quota-forecast.ts). */
+  forecast: QuotaForecast;
 }
 
 export interface TeamService {
@@ -67,11 +70,12 @@ export function createTeamService(
       const current = await team();
       const at = now();
       const day = utcDay(at);
-      const [peeked] = await store.applyLedger([{ type: 'peek', teamId, day }] as const);
+      const [[peeked], creditsLastHour] = await Promise.all([store.applyLedger([{ type: 'peek', teamId, day }] as const), readCreditsLastHour((query) => store.hourlyUsage(query), teamId, at)]);
       const used = peeked.teamUsed;
       return {
         team: { id: current.id, name: current.name, dailyCredits: current.dailyCredits, creditsPerSecond: current.creditsPerSecond },
         today: { day, used, remaining: Math.max(0, current.dailyCredits - used), limit: current.dailyCredits, resetsAt: new Date(nextUtcMidnight(at)).toISOString() },
+        forecast: quotaForecast({ used, limit: current.dailyCredits, creditsLastHour, now: at }),
       };
     },
     async listKeys() {
