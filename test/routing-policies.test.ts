@@ -10,11 +10,14 @@ import { hedgeDelayMs, hedgePolicy, type HedgeResult, type HedgeSettings } from 
 import { nullConfirmationPolicy, type NullConfirmation } from '../src/routing/policies/null-confirmation.js';
 import { resultCheckPolicy } from '../src/routing/policies/result-check.js';
 import { timeoutPolicy } from '../src/routing/policies/timeout.js';
+import { tracedPolicy } from '../src/routing/policies/traced.js';
+import type { AttemptFacts, RequestTrace } from '../src/routing/call-trace.js';
 import { attemptEachCandidate, type AttemptFn, type Execution, type ResultCheck } from '../src/routing/policies/types.js';
 import { createSelector, type SelectionSettings } from '../src/routing/selection.js';
 import { HEALTH_HALF_LIFE_MS, UpstreamHealth } from '../src/routing/upstream-health.js';
 import type { AttemptOutcome, RoutedUpstream } from '../src/routing/upstream.js';
 import { ManualClock } from './helpers/manual-clock.js';
+import { until } from './helpers/until.js';
 
 const BREAKER = { failureThreshold: 3, cooldownMs: 1_000 };
 
@@ -27,13 +30,15 @@ const failure = (reason: string, durationMs = 10): AttemptOutcome => ({ kind: 'f
 
 function executionOf(
   candidates: RoutedUpstream[],
-  options: { method?: string; deadline?: number; clock?: ManualClock; check?: ResultCheck; all?: RoutedUpstream[] } = {},
+  options: { method?: string; deadline?: number; clock?: ManualClock; check?: ResultCheck; all?: RoutedUpstream[]; trace?: RequestTrace } = {},
 ): Execution {
   let next = 0;
   const all = options.all ?? candidates;
   return {
     method: options.method ?? 'eth_getBlockByHash',
     deadline: options.deadline ?? (options.clock?.now() ?? 0) + 10_000,
+    trace: options.trace,
+    attemptsStarted: 0,
     attempts: [],
     running: new Set(),
     check: options.check,
@@ -359,6 +364,77 @@ describe('null confirmation policy', () => {
     await policy(executionOf([a!, b!], { clock, method: 'eth_getTransactionByHash' }), new AbortController().signal);
     expect(calls).toHaveLength(1);
     expect(results).toEqual([]);
+  });
+});
+
+describe('traced policy', () => {
+  /** A trace that records each attempt's facts, outcome and the headers it was given to send. */
+  function recordingTrace() {
+    const attempts: Array<{ facts: AttemptFacts; outcome?: string }> = [];
+    const trace: RequestTrace = {
+      attempt(facts) {
+        const entry: { facts: AttemptFacts; outcome?: string } = { facts };
+        attempts.push(entry);
+        return { headers: { traceparent: `tp-${facts.attempt}` }, end: (outcome) => void (entry.outcome = outcome.kind === 'failure' ? outcome.reason : outcome.kind) };
+      },
+    };
+    return { trace, attempts };
+  }
+
+  it('numbers attempts, gives a failover its retry reason, a confirmation its flag, and each attempt its own headers', async () => {
+    const clock = new ManualClock();
+    const [a, b, c] = ['a', 'b', 'c'].map((id) => upstreamOn(clock, id));
+    const sentHeaders: Array<[string, unknown]> = [];
+    const { attempt } = scriptedAttempts({ a: async () => failure('http_500'), b: async () => result('null'), c: async () => result('null') });
+    const traced = tracedPolicy('eth')((upstream, execution, signal) => {
+      sentHeaders.push([upstream.id, execution.upstreamHeaders?.traceparent]);
+      return attempt(upstream, execution, signal);
+    });
+    const { trace, attempts } = recordingTrace();
+    const execution = executionOf([a!, b!, c!], { clock, trace });
+    const policy = nullConfirmationPolicy(traced, { appliesTo: () => true })(failoverPolicy(clock)(attemptEachCandidate(traced)));
+    const outcome = await policy(execution, new AbortController().signal);
+    expect(outcome).toMatchObject({ kind: 'result', upstream: 'b' });
+    expect(attempts.map(({ facts, outcome: ended }) => [facts.upstream, facts.attempt, facts.hedge, facts.confirmation, facts.retryReason, ended])).toEqual([
+      ['a', 1, false, false, undefined, 'http_500'],
+      ['b', 2, false, false, 'http_500', 'result'],
+      // b's null is confirmed with every other upstream, the one that failed included.
+      ['a', 3, false, true, 'http_500', 'http_500'],
+      ['c', 4, false, true, 'http_500', 'result'],
+    ]);
+    expect(sentHeaders).toEqual([['a', 'tp-1'], ['b', 'tp-2'], ['a', 'tp-3'], ['c', 'tp-4']]);
+    // The execution itself never carries an attempt's headers: each attempt had its own.
+    expect(execution.upstreamHeaders).toBeUndefined();
+  });
+
+  it('marks the copy a hedge starts beside a running attempt', async () => {
+    const clock = new ManualClock();
+    const [a, b] = ['a', 'b'].map((id) => upstreamOn(clock, id));
+    const { attempt } = scriptedAttempts({ a: untilAborted, b: async () => result('"0x1"') });
+    const traced = tracedPolicy('eth')(attempt);
+    const { trace, attempts } = recordingTrace();
+    const settings: HedgeSettings = { delayMs: 10, quantile: 0.9, minDelayMs: 1, maxDelayMs: 100, maxHedges: 1 };
+    const pending = hedgePolicy(settings, clock, { isWrite: () => false })(attemptEachCandidate(traced))(executionOf([a!, b!], { clock, trace }), new AbortController().signal);
+    await clock.advance(10);
+    expect(await pending).toMatchObject({ kind: 'result', upstream: 'b' });
+    await until(() => attempts.every((entry) => entry.outcome !== undefined), 'both attempt spans to end');
+    expect(attempts.map(({ facts, outcome: ended }) => [facts.upstream, facts.attempt, facts.hedge, ended])).toEqual([
+      ['a', 1, false, 'cancelled'],
+      ['b', 2, true, 'result'],
+    ]);
+  });
+
+  it('passes an untraced call straight through', async () => {
+    const clock = new ManualClock();
+    const [a] = ['a'].map((id) => upstreamOn(clock, id));
+    const seen: Execution[] = [];
+    const execution = executionOf([a!], { clock });
+    await attemptEachCandidate(tracedPolicy('eth')(async (_upstream, given) => {
+      seen.push(given);
+      return result('"0x1"');
+    }))(execution, new AbortController().signal);
+    expect(seen).toEqual([execution]);
+    expect(execution.attemptsStarted).toBe(0);
   });
 });
 
