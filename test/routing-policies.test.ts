@@ -399,8 +399,8 @@ describe('traced policy', () => {
       ['a', 1, false, false, undefined, 'http_500'],
       ['b', 2, false, false, 'http_500', 'result'],
       // b's null is confirmed with every other upstream, the one that failed included.
-      ['a', 3, false, true, 'http_500', 'http_500'],
-      ['c', 4, false, true, 'http_500', 'result'],
+      ['a', 3, false, true, undefined, 'http_500'],
+      ['c', 4, false, true, undefined, 'result'],
     ]);
     expect(sentHeaders).toEqual([['a', 'tp-1'], ['b', 'tp-2'], ['a', 'tp-3'], ['c', 'tp-4']]);
     // The execution itself never carries an attempt's headers: each attempt had its own.

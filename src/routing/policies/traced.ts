@@ -24,7 +24,7 @@ export function tracedPolicy(network: string): AttemptPolicy {
       attempt: execution.attemptsStarted,
       hedge: candidate && execution.running.size > 1,
       confirmation: !candidate,
-      retryReason: previous?.reason,
+      retryReason: candidate ? previous?.reason : undefined,
     });
     return next(upstream, span.headers === undefined ? execution : withUpstreamHeaders(execution, span.headers), signal).then(
       (outcome) => ended(span, outcome),
