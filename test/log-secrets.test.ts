@@ -1,11 +1,16 @@
 // No secret in any log line of a whole run (docs/security.md), including the secrets that arrive
 // after start-up: upstream credentials of a config reload, keys issued and rotated through the
-// admin API while the gateway runs. Every line is read at info level, errors included. And an
-// error's log line keeps what an operator needs: the stack and the `cause` chain.
+// admin API while the gateway runs. Every line is read at info level, errors included. The same
+// run's traces (as a real OTLP receiver got them), request explorer and quota forecast hold no
+// key, secret, token or param either. And an error's log line keeps what an operator needs: the
+// stack and the `cause` chain.
 
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GatewayError } from '../src/errors.js';
+import { issueTeamToken } from '../src/portal/team-token.js';
+import { startOtlpReceiver, type OtlpReceiver } from './helpers/otlp-receiver.js';
+import { until } from './helpers/until.js';
 import { createLogger } from '../src/logging/logger.js';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
 import { startScriptedUpstream, type ScriptedUpstream } from './helpers/scripted-upstream.js';
@@ -13,6 +18,8 @@ import { startScriptedUpstream, type ScriptedUpstream } from './helpers/scripted
 const HASH = `0x${'5e'.repeat(32)}`;
 const BEFORE = { password: 'pw-before-7c1e9a3b5d', header: 'hdr-before-2b4d6f8a0c1e3a5c' };
 const AFTER = { password: 'pw-after-9e8d7c6b5a', header: 'hdr-after-1a3c5e7b9d2f4a6c' };
+/** The trace collector's own credential (sent to the collector, never inside a span). */
+const COLLECTOR_TOKEN = 'collector-token-4f6a8c0e2b4d';
 
 function leakyUpstreamError(secrets: { password: string; header: string }): { kind: 'status'; status: number; body: string } {
   // Some providers quote the credentials they refused in their error page.
@@ -34,24 +41,33 @@ describe('secrets in log lines over a whole run', () => {
   let tg: TestGateway;
   let before: ScriptedUpstream;
   let after: ScriptedUpstream;
+  let receiver: OtlpReceiver;
+  let teamToken: string;
   let reloaded = false;
   let rejectReload = false;
 
   beforeAll(async () => {
     before = await startScriptedUpstream(leakyUpstreamError(BEFORE));
     after = await startScriptedUpstream(leakyUpstreamError(AFTER));
+    receiver = await startOtlpReceiver();
     tg = await startTestGateway({
+      config: {
+        tracing: { otlpUrl: receiver.url, sampleRatio: 1, batchDelayMs: 20, propagateToUpstreams: true, headers: { 'x-collector-token': COLLECTOR_TOKEN } },
+        explorer: { flushIntervalMs: 20 },
+        portal: { enabled: true, host: '127.0.0.1', port: 0 },
+      },
       networks: [network(before, BEFORE)],
       reloadNetworks: () =>
         rejectReload
           ? [{ ...network(after, AFTER), upstreams: [{ id: 'u', url: `ftp://user:${AFTER.password}@127.0.0.1/`, timeoutMs: -1 }] }]
           : [network(reloaded ? after : before, reloaded ? AFTER : BEFORE)],
     });
+    teamToken = (await issueTeamToken(tg.store, tg.team.id, 'secrets-test')).secret;
   });
 
   afterAll(async () => {
     await tg?.close();
-    await Promise.all([before?.close(), after?.close()]);
+    await Promise.all([before?.close(), after?.close(), receiver?.close()]);
   });
 
   const admin = async (method: string, path: string, body?: unknown): Promise<Record<string, unknown>> => {
@@ -107,6 +123,31 @@ describe('secrets in log lines over a whole run', () => {
     expect(lines.some((line) => line.includes('config reloaded'))).toBe(true);
     expect(lines.some((line) => line.includes('"level":"error"') && line.includes('config reload rejected'))).toBe(true);
     for (const line of lines) for (const secret of secrets) expect(line, `a log line holds ${secret.slice(0, 6)}…`).not.toContain(secret);
+
+    // The same run seen by the explorer, the traces and the forecast: what happened, nothing sent.
+    const sent = [...secrets, teamToken, COLLECTOR_TOKEN, HASH, HASH.slice(2)];
+    const teamApi = async (path: string) => {
+      const response = await fetch(`${tg.gateway.portalOrigin}${path}`, { headers: { authorization: `Bearer ${teamToken}` } });
+      expect(response.status, path).toBe(200);
+      return response.text();
+    };
+    // Four requests of the team (the refused secret's 401 belongs to no team).
+    await until(async () => JSON.parse(await teamApi('/v1/requests?limit=1000')).requests.length === 4, 'the run in the request explorer');
+    const explorer = await teamApi('/v1/requests?limit=1000');
+    // The upstreams' refusals are there, as the errors the clients got.
+    expect(explorer).toContain('"errorCode":-32603');
+    const overview = await teamApi('/v1/team');
+    expect(JSON.parse(overview).forecast).toBeDefined();
+    await until(() => receiver.spans.filter((span) => span.attributes['tollgate.outcome'] === 'http_500').length >= 3, 'the failed attempts in the traces');
+    const traces = receiver.bodies.join('\n');
+    expect(traces).toContain('http_500');
+    for (const [what, text] of [
+      ['the request explorer', explorer],
+      ['the quota forecast', overview],
+      ['the traces', traces],
+    ] as const) {
+      for (const secret of sent) expect(text, `${what} holds ${secret.slice(0, 6)}…`).not.toContain(secret);
+    }
   });
 });
 
