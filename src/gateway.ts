@@ -261,13 +261,13 @@ function buildRequestExplorer(ctx: StartContext, store: Store): RequestExplorer 
     scrubber: logScrubber(ctx.logger),
     logger: ctx.logger,
     flushIntervalMs: config.explorer.flushIntervalMs,
-    maxBatch: config.explorer.maxBatch,
     observe: {
       flushed: (records) => {
         metrics.explorerWrites.inc();
         metrics.explorerRecords.inc(records);
       },
       dropped: (records) => metrics.explorerDropped.inc(records),
+      superseded: (records) => metrics.explorerSuperseded.inc(records),
     },
   });
   ctx.disposers.defer('request explorer', () => explorer.close());

@@ -7,6 +7,10 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { issueKey } from '../src/admin/key-issuer.js';
+import { createRequestExplorer } from '../src/explorer/request-explorer.js';
+import { createLogger } from '../src/logging/logger.js';
+import { createSecretScrubber } from '../src/logging/redaction.js';
+import { createRequestContext } from '../src/server/context.js';
 import { issueTeamToken } from '../src/portal/team-token.js';
 import { createRedisKeyspace } from '../src/store/redis-keyspace.js';
 import { openStore, type Store, type Team } from '../src/store/index.js';
@@ -61,7 +65,7 @@ describe('the request explorer across two replicas on one Redis', () => {
     storeB = await openStore(storeConfig);
     const networks = [{ id: 'eth', kind: 'evm', chainId: 1, hedge: { enabled: false }, upstreams: [{ id: 'node', url: upstream.url }] }];
     const config = {
-      explorer: { flushIntervalMs: 20, maxBatch: 200 },
+      explorer: { flushIntervalMs: 20 },
       portal: { enabled: true, host: '127.0.0.1', port: 0 },
     };
     replicaA = await startTestGateway({ networks, config, store: storeA });
@@ -215,5 +219,46 @@ describe('the request explorer across two replicas on one Redis', () => {
     await until(async () => (await requestsOf(tokenA, '?limit=20')).some((row) => row.transport === 'ws'), 'the WebSocket message in the explorer');
     const row = (await requestsOf(tokenA, '?limit=20')).find((candidate) => candidate.transport === 'ws')!;
     expect(row).toMatchObject({ method: 'eth_blockNumber', keyId: replicaA.keyId, ok: true, network: 'eth' });
+  });
+});
+
+describe("the explorer's writer", () => {
+  it("writes at most each team's newest 1,000 per batch, whatever the rate, and loses none of those", async () => {
+    const store = await openStore({ driver: 'sqlite', path: ':memory:' });
+    const appended: number[] = [];
+    const counted = { flushed: 0, superseded: 0 };
+    const explorer = createRequestExplorer({
+      store: { appendRequests: (records) => (appended.push(records.length), store.appendRequests(records)), recentRequests: store.recentRequests },
+      now: () => 1_800_000_000_000,
+      scrubber: createSecretScrubber(),
+      logger: createLogger({ level: 'silent' }),
+      // Longer than the test: only flush() writes.
+      flushIntervalMs: 3_600_000,
+      observe: { flushed: (n) => void (counted.flushed += n), superseded: (n) => void (counted.superseded += n) },
+    });
+    const finished = (teamId: string, index: number) => {
+      const ctx = createRequestContext(`${teamId}-${index}`);
+      ctx.teamId = teamId;
+      ctx.keyId = 'key_x';
+      ctx.methods.push('eth_chainId');
+      explorer.record(ctx);
+    };
+    for (let index = 0; index < 2_500; index += 1) finished('busy', index);
+    for (let index = 0; index < 3; index += 1) finished('quiet', index);
+    // A preflight (no method, no error) and a request of no team are not records.
+    const preflight = createRequestContext('preflight');
+    preflight.teamId = 'quiet';
+    explorer.record(preflight);
+    explorer.record(createRequestContext('no-team'));
+    await explorer.flush();
+    expect(appended).toEqual([1_003]);
+    expect(counted).toEqual({ flushed: 1_003, superseded: 1_500 });
+    const busy = await store.recentRequests({ teamId: 'busy', limit: 1_000 });
+    expect(busy.map((row) => row.requestId).sort()).toEqual(Array.from({ length: 1_000 }, (_, index) => `busy-${1_500 + index}`).sort());
+    expect((await store.recentRequests({ teamId: 'quiet', limit: 10 })).map((row) => row.requestId).sort()).toEqual(['quiet-0', 'quiet-1', 'quiet-2']);
+    // Nothing queued: nothing written.
+    await explorer.close();
+    expect(appended).toEqual([1_003]);
+    await store.close();
   });
 });

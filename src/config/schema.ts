@@ -342,10 +342,11 @@ const tracingSchema = z.strictObject({
 /** The request explorer (docs/explorer.md): each team's last 1,000 requests, kept in the store. */
 const explorerSchema = z.strictObject({
   enabled: z.boolean().default(true),
-  /** Finished requests are written to the store in batches, at most this long after they end. */
+  /**
+   * Finished requests are written to the store in one batch per interval (at most the newest
+   * 1,000 of each team), at most this long after they end.
+   */
   flushIntervalMs: positiveInt.default(1_000),
-  /** A batch is written at once when it reaches this many requests. */
-  maxBatch: positiveInt.max(10_000).default(500),
 });
 
 const storeSchema = z.discriminatedUnion('driver', [sqliteStoreSchema, redisStoreSchema]);

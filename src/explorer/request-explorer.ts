@@ -2,14 +2,17 @@ import { ERROR_REGISTRY } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
 import type { SecretScrubber } from '../logging/redaction.js';
 import type { RequestContext } from '../server/context.js';
-import { MAX_RECORDED_METHODS, type RequestLog, type RequestRecord } from '../store/index.js';
+import { MAX_RECORDED_METHODS, REQUESTS_KEPT_PER_TEAM, type RequestLog, type RequestRecord } from '../store/index.js';
 
 /**
  * The request explorer's writer (docs/explorer.md): each finished request of a known team becomes
- * a {@link RequestRecord}, queued in memory and written to the store in batches (every
- * `flushIntervalMs`, or at once when `maxBatch` are waiting), never on the request path. A store
- * that cannot keep up loses the oldest queued records beyond {@link MAX_QUEUED}, counted, rather
- * than holding memory or slowing requests: the explorer is a recent view, not the ledger.
+ * a {@link RequestRecord}, queued in memory per team and written to the store in one batch every
+ * `flushIntervalMs`, never on the request path. The store keeps each team's newest
+ * {@link REQUESTS_KEPT_PER_TEAM}, so a team's queue keeps no more than those either: a record
+ * pushed out of it could never have been shown. A batch is therefore at most that many records per
+ * team, however busy the team is, and the store's work per second stays bounded as traffic grows.
+ * A store that cannot keep up loses the oldest queued records beyond {@link MAX_QUEUED} (many
+ * teams at once), counted, rather than holding memory or slowing requests.
  */
 
 export interface RequestExplorer {
@@ -26,6 +29,8 @@ export interface ExplorerObserver {
   flushed?(records: number): void;
   /** Records dropped: the queue was full, or the write failed. */
   dropped?(records: number): void;
+  /** Records left out of a batch because newer ones of the same team filled its share. */
+  superseded?(records: number): void;
 }
 
 /** Queued records beyond which the oldest are dropped. */
@@ -50,11 +55,12 @@ export function createRequestExplorer(options: {
   scrubber: SecretScrubber;
   logger: Logger;
   flushIntervalMs: number;
-  maxBatch: number;
   observe?: ExplorerObserver;
 }): RequestExplorer {
   const { store, now, scrubber, logger, observe } = options;
-  let queue: RequestRecord[] = [];
+  /** Per team, oldest first; trimmed to the newest kept when it grows to twice that (amortised). */
+  let queued = new Map<string, RequestRecord[]>();
+  let size = 0;
   let writing: Promise<void> = Promise.resolve();
   let timer: NodeJS.Timeout | undefined;
 
@@ -89,9 +95,16 @@ export function createRequestExplorer(options: {
       clearTimeout(timer);
       timer = undefined;
     }
-    if (queue.length === 0) return writing;
-    const batch = queue;
-    queue = [];
+    if (size === 0) return writing;
+    const batch: RequestRecord[] = [];
+    let superseded = 0;
+    for (const records of queued.values()) {
+      superseded += Math.max(0, records.length - REQUESTS_KEPT_PER_TEAM);
+      for (let index = Math.max(0, records.length - REQUESTS_KEPT_PER_TEAM); index < records.length; index += 1) batch.push(records[index]!);
+    }
+    queued = new Map();
+    size = 0;
+    if (superseded > 0) observe?.superseded?.(superseded);
     // One write at a time, in order: a later batch never lands before an earlier one.
     writing = writing.then(() =>
       store.appendRequests(batch).then(
@@ -105,18 +118,36 @@ export function createRequestExplorer(options: {
     return writing;
   }
 
+  /** Drops the oldest queued records of the largest team queues until the total is within {@link MAX_QUEUED}. */
+  function shed(): void {
+    let dropped = 0;
+    for (const records of [...queued.values()].sort((a, b) => b.length - a.length)) {
+      const excess = Math.min(records.length, size - MAX_QUEUED);
+      if (excess <= 0) break;
+      records.splice(0, excess);
+      size -= excess;
+      dropped += excess;
+    }
+    observe?.dropped?.(dropped);
+  }
+
   return {
     record(ctx) {
       // Preflights have no method and no error; requests of no known key have no team.
-      if (ctx.teamId === undefined || (ctx.methods.length === 0 && ctx.errorCode === undefined)) return;
-      queue.push(recordOf(ctx));
-      if (queue.length > MAX_QUEUED) {
-        const excess = queue.length - MAX_QUEUED;
-        queue.splice(0, excess);
-        observe?.dropped?.(excess);
+      const teamId = ctx.teamId;
+      if (teamId === undefined || (ctx.methods.length === 0 && ctx.errorCode === undefined)) return;
+      let records = queued.get(teamId);
+      if (records === undefined) queued.set(teamId, (records = []));
+      records.push(recordOf(ctx));
+      size += 1;
+      if (records.length >= 2 * REQUESTS_KEPT_PER_TEAM) {
+        const superseded = records.length - REQUESTS_KEPT_PER_TEAM;
+        records.splice(0, superseded);
+        size -= superseded;
+        observe?.superseded?.(superseded);
       }
-      if (queue.length >= options.maxBatch) void write();
-      else if (timer === undefined) {
+      if (size > MAX_QUEUED) shed();
+      if (timer === undefined) {
         timer = setTimeout(() => void write(), options.flushIntervalMs);
         timer.unref();
       }

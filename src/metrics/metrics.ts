@@ -213,6 +213,7 @@ export interface GatewayMetrics {
   explorerWrites: Counter;
   explorerRecords: Counter;
   explorerDropped: Counter;
+  explorerSuperseded: Counter;
 }
 
 /**
@@ -393,6 +394,11 @@ export function createMetrics(): GatewayMetrics {
     explorerDropped: new Counter({
       name: 'tollgate_explorer_records_dropped_total',
       help: 'Finished requests the request explorer did not keep: its queue was full or the store write failed',
+      registers,
+    }),
+    explorerSuperseded: new Counter({
+      name: 'tollgate_explorer_records_superseded_total',
+      help: "Finished requests not written because 1,000 newer ones of the same team were written in the same batch (they would have been dropped from the team's last 1,000 at once)",
       registers,
     }),
   };
