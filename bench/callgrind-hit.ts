@@ -17,13 +17,17 @@
 //   callgrind_annotate <dir>/callgrind.out.<pid>.1-01   # JIT frames as addresses; map them with the perf map
 //
 // Needs valgrind (callgrind_control on the PATH). A build from another checkout: `--tree <dir>`
-// (its dist/cli.js and its CLI's teams/keys commands are used).
+// (its dist/cli.js and its CLI's teams/keys commands are used). `--config '{"explorer":{"enabled":false}}'`
+// adds top-level sections to the gateway's config (only sections that build knows); the text
+// `OTLP_SINK` in it becomes the URL of an OTLP/HTTP receiver this process runs (for `tracing`).
 
 import { execFileSync, spawn } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { Pool } from 'undici';
 import { stringify as toYaml } from 'yaml';
 import { seedAnvil, startAnvil } from '../src/devnet/anvil.js';
@@ -35,6 +39,7 @@ const { values: flags } = parseArgs({
     out: { type: 'string' },
     warmup: { type: 'string', default: '30000' },
     measured: { type: 'string', default: '5000' },
+    config: { type: 'string', default: '{}' },
   },
 });
 const tree = resolve(flags.tree);
@@ -58,6 +63,14 @@ try {
   const secret = (JSON.parse(tollgate(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { secret: string }).secret;
 
   const port = await freePort();
+  // A trace collector that takes whatever is exported (spans are counted, not kept).
+  const sink = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
+  });
+  await new Promise<void>((done) => sink.listen(0, '127.0.0.1', done));
+  sink.unref();
+  const sinkUrl = `http://127.0.0.1:${(sink.address() as AddressInfo).port}/v1/traces`;
   const network = (verification: string) => (verification === 'full' ? 'eth' : `eth-${verification}`);
   const config = {
     server: { host: '127.0.0.1', port },
@@ -73,6 +86,7 @@ try {
       upstreams: [{ id: 'anvil', url: anvil.url }],
       healthCheck: { intervalMs: 0 },
     })),
+    ...(JSON.parse(flags.config.replaceAll('OTLP_SINK', sinkUrl)) as Record<string, unknown>),
   };
   const configFile = join(work, 'gateway.yaml');
   writeFileSync(configFile, toYaml(config));

@@ -44,6 +44,7 @@ import { formatWorkersBench, runWorkersBench, WORKERS_SCENARIO } from './workers
 import { formatLogsSplit, LOGS_SPLIT_SCENARIO, runLogsSplit } from './logs-split.js';
 import { CACHE_SCENARIO, formatCacheScenarios, runCacheScenarios } from './cache-scenarios.js';
 import { formatRedisClusterCost, REDIS_CLUSTER_SCENARIO, runRedisClusterCost } from './redis-cluster-cost.js';
+import { formatObservability, OBSERVABILITY_SCENARIO, runObservability } from './observability.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI = join(ROOT, 'dist', 'cli.js');
@@ -970,6 +971,8 @@ async function main(): Promise<void> {
   // The response cache's own scenarios (bench/cache-scenarios.ts) start their own anvil, Redis and gateways.
   const cacheScenarios = () => runCacheScenarios({ seconds: flags.quick ? 3 : 10 }).then(formatCacheScenarios);
   if (flags.only !== undefined && CACHE_SCENARIO.includes(flags.only)) return void console.log(await cacheScenarios());
+  const observability = () => runObservability({ seconds: flags.quick ? 4 : 12 }).then(formatObservability);
+  if (flags.only !== undefined && OBSERVABILITY_SCENARIO.includes(flags.only)) return void console.log(await observability());
   // Redis Cluster against one Redis (bench/redis-cluster-cost.ts) starts its own Redis and gateways, asked for alone.
   if (flags.only !== undefined && REDIS_CLUSTER_SCENARIO.includes(flags.only)) {
     const clusterOptions = { seconds: DURATION_S, connections: CONNECTIONS };
@@ -1201,6 +1204,7 @@ async function main(): Promise<void> {
   if (selected(WORKERS_SCENARIO)) console.log(`\n${await workersBench()}`);
   if (selected(LOGS_SPLIT_SCENARIO)) console.log(`\n${await logsSplit()}`);
   if (selected(CACHE_SCENARIO)) console.log(`\n${await cacheScenarios()}`);
+  if (selected(OBSERVABILITY_SCENARIO)) console.log(`\n${await observability()}`);
 
   if (flags.only !== undefined) {
     for (const [index, { rows }] of runs.entries()) {

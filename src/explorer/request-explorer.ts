@@ -11,8 +11,9 @@ import { MAX_RECORDED_METHODS, REQUESTS_KEPT_PER_TEAM, type RequestLog, type Req
  * {@link REQUESTS_KEPT_PER_TEAM}, so a team's queue keeps no more than those either: a record
  * pushed out of it could never have been shown. A batch is therefore at most that many records per
  * team, however busy the team is, and the store's work per second stays bounded as traffic grows.
- * A store that cannot keep up loses the oldest queued records beyond {@link MAX_QUEUED} (many
- * teams at once), counted, rather than holding memory or slowing requests.
+ * Memory is bounded too: {@link REQUESTS_KEPT_PER_TEAM} records per team seen since the last
+ * write, and a write starts early when all teams together reach {@link MAX_QUEUED}. A batch the
+ * store refuses is dropped and counted: the explorer is a recent view, not the ledger.
  */
 
 export interface RequestExplorer {
@@ -27,13 +28,13 @@ export interface RequestExplorer {
 export interface ExplorerObserver {
   /** One store write of `records` records. */
   flushed?(records: number): void;
-  /** Records dropped: the queue was full, or the write failed. */
+  /** Records dropped: the store refused their write. */
   dropped?(records: number): void;
   /** Records left out of a batch because newer ones of the same team filled its share. */
   superseded?(records: number): void;
 }
 
-/** Queued records beyond which the oldest are dropped. */
+/** Queued records (all teams) at which a write starts at once rather than at the interval. */
 export const MAX_QUEUED = 50_000;
 /** Error messages are cut to this many characters. */
 export const MAX_ERROR_MESSAGE = 200;
@@ -49,6 +50,23 @@ export function explorerMessage(message: string, scrubber: SecretScrubber): stri
   return scrubber.scrubClientText(message.replace(PARAM_SHAPED, '…'), MAX_ERROR_MESSAGE);
 }
 
+/** Records kept in memory per team between writes: the store shows no more. */
+const RING = REQUESTS_KEPT_PER_TEAM;
+
+interface TeamRing {
+  /** Up to {@link RING} records; once full, `pushed % RING` is the oldest. */
+  records: RequestRecord[];
+  /** Records pushed since the last write. */
+  pushed: number;
+}
+
+/** A ring's records, oldest first, appended to `out`. */
+function ringInto(ring: TeamRing, out: RequestRecord[]): void {
+  const { records } = ring;
+  const start = ring.pushed <= RING ? 0 : ring.pushed % RING;
+  for (let index = 0; index < records.length; index += 1) out.push(records[(start + index) % records.length]!);
+}
+
 export function createRequestExplorer(options: {
   store: RequestLog;
   now: () => number;
@@ -58,8 +76,8 @@ export function createRequestExplorer(options: {
   observe?: ExplorerObserver;
 }): RequestExplorer {
   const { store, now, scrubber, logger, observe } = options;
-  /** Per team, oldest first; trimmed to the newest kept when it grows to twice that (amortised). */
-  let queued = new Map<string, RequestRecord[]>();
+  /** Per team, a ring of its newest records: a record pushed out could never have been shown. */
+  let queued = new Map<string, TeamRing>();
   let size = 0;
   let writing: Promise<void> = Promise.resolve();
   let timer: NodeJS.Timeout | undefined;
@@ -98,9 +116,9 @@ export function createRequestExplorer(options: {
     if (size === 0) return writing;
     const batch: RequestRecord[] = [];
     let superseded = 0;
-    for (const records of queued.values()) {
-      superseded += Math.max(0, records.length - REQUESTS_KEPT_PER_TEAM);
-      for (let index = Math.max(0, records.length - REQUESTS_KEPT_PER_TEAM); index < records.length; index += 1) batch.push(records[index]!);
+    for (const ring of queued.values()) {
+      superseded += ring.pushed - Math.min(ring.pushed, RING);
+      ringInto(ring, batch);
     }
     queued = new Map();
     size = 0;
@@ -118,35 +136,21 @@ export function createRequestExplorer(options: {
     return writing;
   }
 
-  /** Drops the oldest queued records of the largest team queues until the total is within {@link MAX_QUEUED}. */
-  function shed(): void {
-    let dropped = 0;
-    for (const records of [...queued.values()].sort((a, b) => b.length - a.length)) {
-      const excess = Math.min(records.length, size - MAX_QUEUED);
-      if (excess <= 0) break;
-      records.splice(0, excess);
-      size -= excess;
-      dropped += excess;
-    }
-    observe?.dropped?.(dropped);
-  }
-
   return {
     record(ctx) {
       // Preflights have no method and no error; requests of no known key have no team.
       const teamId = ctx.teamId;
       if (teamId === undefined || (ctx.methods.length === 0 && ctx.errorCode === undefined)) return;
-      let records = queued.get(teamId);
-      if (records === undefined) queued.set(teamId, (records = []));
-      records.push(recordOf(ctx));
-      size += 1;
-      if (records.length >= 2 * REQUESTS_KEPT_PER_TEAM) {
-        const superseded = records.length - REQUESTS_KEPT_PER_TEAM;
-        records.splice(0, superseded);
-        size -= superseded;
-        observe?.superseded?.(superseded);
-      }
-      if (size > MAX_QUEUED) shed();
+      let ring = queued.get(teamId);
+      if (ring === undefined) queued.set(teamId, (ring = { records: [], pushed: 0 }));
+      const slot = ring.pushed % RING;
+      // Overwriting the oldest in place: no array is shifted on the request path.
+      if (slot === ring.records.length) ring.records.push(recordOf(ctx));
+      else ring.records[slot] = recordOf(ctx);
+      ring.pushed += 1;
+      if (ring.pushed <= RING) size += 1;
+      // Many busy teams at once: write now rather than hold more.
+      if (size >= MAX_QUEUED) void write();
       if (timer === undefined) {
         timer = setTimeout(() => void write(), options.flushIntervalMs);
         timer.unref();

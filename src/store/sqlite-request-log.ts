@@ -3,10 +3,15 @@ import { matchesRequestQuery, REQUESTS_KEPT_PER_TEAM, type RequestLog, type Requ
 
 /**
  * The request explorer's log in SQLite: one row per request, the record as JSON. Every process on
- * the host writes into the same table, so a team's explorer shows every worker's requests. Each
- * append trims its teams back to the newest {@link REQUESTS_KEPT_PER_TEAM} in the same
- * transaction, so a team's rows never grow past the bound for longer than one batch.
+ * the host writes into the same table, so a team's explorer shows every worker's requests. An
+ * append inserts its records in transactions of {@link CHUNK} rows, yielding to the event loop
+ * between them (SQLite is synchronous: a batch of a thousand rows in one go holds every request of
+ * the process for ~10 ms), then trims its teams back to the newest {@link REQUESTS_KEPT_PER_TEAM},
+ * so a team's rows never grow past the bound for longer than one batch.
  */
+
+/** Rows per transaction: about a millisecond of the event loop. */
+const CHUNK = 100;
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS request_log (
@@ -25,18 +30,25 @@ export function createSqliteRequestLog(db: Database.Database, kept = REQUESTS_KE
     'DELETE FROM request_log WHERE team_id = ? AND id IN (SELECT id FROM request_log WHERE team_id = ? ORDER BY at DESC, id DESC LIMIT -1 OFFSET ?)',
   );
   const newest = db.prepare<[string, number], { record: string }>('SELECT record FROM request_log WHERE team_id = ? ORDER BY at DESC, id DESC LIMIT ?');
-  const append = db.transaction((records: readonly RequestRecord[]) => {
-    const teams = new Set<string>();
-    for (const record of records) {
+  const insertAll = db.transaction((records: readonly RequestRecord[], from: number, to: number) => {
+    for (let index = from; index < to; index += 1) {
+      const record = records[index]!;
       insert.run(record.teamId, record.at, JSON.stringify(record));
-      teams.add(record.teamId);
     }
+  });
+  const trimAll = db.transaction((teams: ReadonlySet<string>) => {
     for (const teamId of teams) trim.run(teamId, teamId, kept);
   });
 
   return {
     async appendRequests(records) {
-      if (records.length > 0) append(records);
+      if (records.length === 0) return;
+      for (let from = 0; from < records.length; from += CHUNK) {
+        if (from > 0) await new Promise<void>((resolve) => setImmediate(resolve));
+        insertAll(records, from, Math.min(records.length, from + CHUNK));
+      }
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      trimAll(new Set(records.map((record) => record.teamId)));
     },
     async recentRequests(query) {
       const found: RequestRecord[] = [];

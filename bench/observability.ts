@@ -1,0 +1,220 @@
+// What traces and the request explorer cost a cache hit: the `eth_getBlockByHash` hit
+// (hydrated=false, log level info) on three gateway processes over one SQLite store and one anvil:
+//   plain     tracing off, explorer off (the reference);
+//   explorer  the request explorer on (the default), tracing off;
+//   traced    tracing at sample ratio 0.01 to a real OTLP/HTTP receiver (in this process), and
+//             the explorer on.
+// Each is measured against `plain` in interleaved 1 s wrk rounds (ratios of medians over the
+// pairs, as the cache bench does). Then the explorer's store writes per 1,000 requests and the
+// spans exported, read from the traced gateway's /metrics and the receiver.
+//
+// Standalone:  npm run build && node --import tsx bench/observability.ts [--seconds 10]
+// From bench/run.ts: `npm run bench -- --only "traces and the request explorer"` runs this alone.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { stringify as toYaml } from 'yaml';
+import { seedAnvil, startAnvil } from '../src/devnet/anvil.js';
+import { cpuSeconds } from './proc-stats.js';
+import { findWrk, prepareWrk, runWrk, type WrkRound } from './wrk.js';
+import { CLI, ROOT, freePort, runCli } from './local-processes.js';
+
+export const OBSERVABILITY_SCENARIO = 'traces and the request explorer: cache hit with each on vs off';
+
+const CONNECTIONS = 50;
+const SAMPLE_RATIO = 0.01;
+const ADMIN_TOKEN = 'bench-admin-token-0123456789';
+
+export interface ObservabilityResult {
+  rows: Array<{ scenario: string; requestsPerSecond: number; p99: number; cpuUsPerRequest: number | undefined; ratio: number | undefined; errors: number }>;
+  /** From the traced gateway over the whole run. */
+  requests: number;
+  explorerWrites: number;
+  explorerRecords: number;
+  spans: number;
+  exports: number;
+}
+
+const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+const quantile = (round: WrkRound, q: number): number => round.quantilesMs[Math.min(round.quantilesMs.length - 1, Math.floor(q * round.quantilesMs.length))] ?? Number.NaN;
+
+async function post(url: string, body: string): Promise<{ status: number; cache: string | null; text: string }> {
+  const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+  return { status: response.status, cache: response.headers.get('x-cache'), text: await response.text() };
+}
+
+/** A collector that takes OTLP/HTTP JSON and counts spans: what the exporter costs is on the gateway's side. */
+async function startReceiver(): Promise<{ url: string; spans: () => number; exports: () => number; server: Server }> {
+  let spans = 0;
+  let exports = 0;
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      exports += 1;
+      spans += (Buffer.concat(chunks).toString('utf8').match(/"spanId"/g) ?? []).length;
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/traces`, spans: () => spans, exports: () => exports, server };
+}
+
+/** An unlabelled counter's value. */
+function metricValue(text: string, name: string): number {
+  const line = text.split('\n').find((candidate) => candidate.startsWith(`${name} `));
+  return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
+}
+
+export async function runObservability(options: { seconds: number }): Promise<ObservabilityResult> {
+  const wrk = findWrk();
+  if (wrk === undefined) throw new Error('wrk is not installed (apt-get install wrk)');
+  const workDir = mkdtempSync(join(tmpdir(), 'tollgate-observability-bench-'));
+  const children: ChildProcess[] = [];
+  const anvil = await startAnvil();
+  const receiver = await startReceiver();
+  try {
+    const seed = await seedAnvil(anvil.url, { blocks: 1, txPerBlock: 20 });
+    const hash = seed.blocksWithTransactions[0]!;
+    const dbFile = join(workDir, 'tollgate.db');
+    runCli(['teams', 'create', 'bench', '--daily-credits', '1000000000000', '--db', dbFile]);
+    const secret = (JSON.parse(runCli(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { secret: string }).secret;
+
+    async function gateway(name: string, sections: Record<string, unknown>): Promise<{ url: string; pid: number; adminOrigin: string }> {
+      const port = await freePort();
+      const adminPort = await freePort();
+      const configFile = join(workDir, `${name}.yaml`);
+      writeFileSync(
+        configFile,
+        toYaml({
+          server: { host: '127.0.0.1', port },
+          admin: { host: '127.0.0.1', port: adminPort, token: ADMIN_TOKEN },
+          store: { driver: 'sqlite', path: dbFile },
+          cache: { maxBytes: 256 * 1024 * 1024 },
+          networks: [{ id: 'eth', kind: 'evm', chainId: 31337, baseUrls: ['*/eth'], upstreams: [{ id: 'anvil', url: anvil.url }] }],
+          ...sections,
+        }),
+      );
+      const logFd = openSync(join(workDir, `${name}.log`), 'a');
+      const child = spawn(process.execPath, [CLI, 'serve', '--config', configFile], { cwd: ROOT, stdio: ['ignore', logFd, logFd], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'info' } });
+      closeSync(logFd);
+      children.push(child);
+      const url = `http://127.0.0.1:${port}/eth/v3/${secret}`;
+      for (let tries = 0; ; tries += 1) {
+        const ready = await post(url, JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_chainId', params: [] })).catch(() => undefined);
+        if (ready?.status === 200) break;
+        if (tries > 200) throw new Error(`gateway ${name} not ready within 20 s`);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      return { url, pid: child.pid!, adminOrigin: `http://127.0.0.1:${adminPort}` };
+    }
+    const plain = await gateway('plain', { explorer: { enabled: false } });
+    const explorer = await gateway('explorer', {});
+    const traced = await gateway('traced', { tracing: { otlpUrl: receiver.url, sampleRatio: SAMPLE_RATIO, batchDelayMs: 1_000 } });
+
+    const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params: [hash, false] });
+    for (const target of [plain, explorer, traced]) {
+      await post(target.url, body);
+      const hit = await post(target.url, body);
+      if (hit.status !== 200 || hit.cache !== 'hit') throw new Error(`not a cache hit: HTTP ${hit.status}, X-Cache ${hit.cache}`);
+    }
+    const files = prepareWrk(workDir);
+    const bodyFile = files.bodyFile(body);
+    const round = async (target: { url: string; pid: number }, seconds: number) => {
+      const before = cpuSeconds(target.pid);
+      const run = await runWrk({ script: files.script, bodyFile, url: target.url, connections: CONNECTIONS, threads: 1, seconds, timeoutS: 10 });
+      const after = cpuSeconds(target.pid);
+      return { run, cpu: before === undefined || after === undefined ? undefined : after - before };
+    };
+    // Warm: V8 keeps optimising a gateway's request path for about 15 s of full load.
+    for (const target of [plain, explorer, traced]) await round(target, 15);
+
+    const rows: ObservabilityResult['rows'] = [];
+    const summarise = (scenario: string, rounds: Array<Awaited<ReturnType<typeof round>>>, ratio: number | undefined) => {
+      const requests = rounds.reduce((sum, { run }) => sum + run.requests, 0);
+      const seconds = rounds.reduce((sum, { run }) => sum + run.seconds, 0);
+      const cpu = rounds.every(({ cpu }) => cpu !== undefined) ? rounds.reduce((sum, { cpu }) => sum + cpu!, 0) : undefined;
+      rows.push({
+        scenario,
+        requestsPerSecond: requests / seconds,
+        p99: median(rounds.map(({ run }) => quantile(run, 0.99))),
+        cpuUsPerRequest: cpu === undefined ? undefined : (cpu / requests) * 1e6,
+        ratio,
+        errors: rounds.reduce((sum, { run }) => sum + run.errors + run.non2xx, 0),
+      });
+    };
+    const reference: Array<Awaited<ReturnType<typeof round>>> = [];
+    for (const [name, target] of [
+      ['explorer on, tracing off (the default)', explorer],
+      [`tracing at ${SAMPLE_RATIO} and the explorer on`, traced],
+    ] as const) {
+      const mine: Array<Awaited<ReturnType<typeof round>>> = [];
+      const theirs: Array<Awaited<ReturnType<typeof round>>> = [];
+      for (let pair = 0; pair < options.seconds; pair += 1) {
+        const order = pair % 2 === 0 ? [theirs, mine] : [mine, theirs];
+        for (const list of order) list.push(await round(list === mine ? target : plain, 1));
+      }
+      summarise(name, mine, median(mine.map(({ run }, index) => run.requests / run.seconds / (theirs[index]!.run.requests / theirs[index]!.run.seconds))));
+      reference.push(...theirs);
+    }
+    summarise('tracing off, explorer off (reference)', reference, undefined);
+
+    // Everything the traced gateway has written and exported: wait for its last batch and export.
+    await new Promise((resolve) => setTimeout(resolve, 2_500));
+    const metrics = await (await fetch(`${traced.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).text();
+    return {
+      rows,
+      requests: sumMetric(metrics, 'tollgate_requests_total'),
+      explorerWrites: metricValue(metrics, 'tollgate_explorer_writes_total'),
+      explorerRecords: metricValue(metrics, 'tollgate_explorer_records_total'),
+      spans: receiver.spans(),
+      exports: receiver.exports(),
+    };
+  } finally {
+    for (const child of children) child.kill('SIGKILL');
+    receiver.server.close();
+    receiver.server.closeAllConnections();
+    await anvil.stop();
+    rmSync(workDir, { recursive: true, force: true });
+  }
+}
+
+/** The sum of a labelled counter's series. */
+function sumMetric(text: string, name: string): number {
+  return text
+    .split('\n')
+    .filter((line) => line.startsWith(`${name}{`))
+    .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
+}
+
+export function formatObservability(result: ObservabilityResult): string {
+  const fmt = (value: number | undefined, digits = 0) => (value === undefined || Number.isNaN(value) ? '?' : value.toFixed(digits));
+  const perThousand = result.requests === 0 ? undefined : (result.explorerWrites / result.requests) * 1000;
+  return [
+    `${OBSERVABILITY_SCENARIO} (eth_getBlockByHash hit, hydrated=false, log level info, ${CONNECTIONS} connections, wrk, interleaved 1 s rounds):`,
+    '| gateway | req/s | p99 ms | CPU µs/req | req/s vs tracing off, explorer off (median of pairs) | errors |',
+    '|---|---|---|---|---|---|',
+    ...result.rows.map((row) => `| ${row.scenario} | ${fmt(row.requestsPerSecond)} | ${fmt(row.p99, 2)} | ${fmt(row.cpuUsPerRequest, 1)} | ${row.ratio === undefined ? '—' : `${fmt(row.ratio, 3)}×`} | ${row.errors} |`),
+    '',
+    `The traced gateway over the whole run: ${result.requests} requests, ${result.explorerWrites} explorer store writes ` +
+      `(${fmt(perThousand, 2)} per 1,000 requests) holding ${result.explorerRecords} records; ${result.spans} spans exported in ${result.exports} export requests ` +
+      `(${fmt(result.requests === 0 ? undefined : (result.spans / result.requests) * 100, 2)} % of requests, sample ratio ${SAMPLE_RATIO}).`,
+  ].join('\n');
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const { values } = parseArgs({ options: { seconds: { type: 'string', default: '10' } } });
+  runObservability({ seconds: Number(values.seconds) }).then(
+    (result) => console.log(formatObservability(result)),
+    (error: unknown) => {
+      console.error(error);
+      process.exitCode = 1;
+    },
+  );
+}
