@@ -393,7 +393,7 @@ export function createMetrics(): GatewayMetrics {
     explorerRecords: new Counter({ name: 'tollgate_explorer_records_total', help: 'Finished requests written to the store for the request explorer', registers }),
     explorerDropped: new Counter({
       name: 'tollgate_explorer_records_dropped_total',
-      help: 'Finished requests the request explorer did not keep: its queue was full or the store write failed',
+      help: 'Finished requests the request explorer did not keep: the store refused their write',
       registers,
     }),
     explorerSuperseded: new Counter({
