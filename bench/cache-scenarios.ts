@@ -19,7 +19,7 @@ import { cacheKey, canonicalParams } from '../src/cache/cache-key.js';
 import { createMemoryTier } from '../src/cache/memory-tier.js';
 import { seedAnvil, startAnvil } from '../src/devnet/anvil.js';
 import { cpuSeconds } from './proc-stats.js';
-import { findWrk, prepareWrk, runWrk, type WrkRound } from './wrk.js';
+import { findWrk, measuredRound, medianPairRatio, prepareWrk, summariseRounds, type MeasuredRound } from './wrk.js';
 import { CLI, ROOT, freePort, runCli } from './local-processes.js';
 
 export const CACHE_SCENARIO = 'response cache: receipt, eth_call and shared-tier hits, memory per 100k entries';
@@ -49,15 +49,6 @@ async function waitFor(what: string, check: () => Promise<boolean>): Promise<voi
 export interface CacheBenchResult {
   rows: Array<{ scenario: string; requestsPerSecond: number; p50: number; p99: number; cpuUsPerRequest: number | undefined; ratio?: number; errors: number }>;
   memory: { entries: number; accountedBytes: number; heapAndBuffersBytes: number; bytesPerEntry: number; answerBytesPerEntry: number };
-}
-
-function quantile(round: WrkRound, q: number): number {
-  return round.quantilesMs[Math.min(round.quantilesMs.length - 1, Math.floor(q * round.quantilesMs.length))] ?? Number.NaN;
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)]!;
 }
 
 /** The in-process tier filled with ENTRIES answers of a realistic mix (sizes from real anvil answers). */
@@ -155,45 +146,29 @@ export async function runCacheScenarios(options: { seconds: number }): Promise<C
     }
 
     const files = prepareWrk(workDir);
-    const round = async (url: string, pid: number, payload: string, seconds: number) => {
-      const before = cpuSeconds(pid);
-      const run = await runWrk({ script: files.script, bodyFile: files.bodyFile(payload), url, connections: CONNECTIONS, threads: 2, seconds, timeoutS: 10 });
-      const after = cpuSeconds(pid);
-      return { run, cpu: before === undefined || after === undefined ? undefined : after - before };
-    };
+    const round = (url: string, pid: number, payload: string, seconds: number) =>
+      measuredRound(cpuSeconds, { script: files.script, bodyFile: files.bodyFile(payload), url, pid, connections: CONNECTIONS, threads: 2, seconds, timeoutS: 10 });
     const rows: CacheBenchResult['rows'] = [];
-    const describe = (scenario: string, rounds: Array<Awaited<ReturnType<typeof round>>>, ratio?: number) => {
-      const requests = rounds.reduce((sum, { run }) => sum + run.requests, 0);
-      const seconds = rounds.reduce((sum, { run }) => sum + run.seconds, 0);
-      const cpu = rounds.every(({ cpu }) => cpu !== undefined) ? rounds.reduce((sum, { cpu }) => sum + cpu!, 0) : undefined;
-      rows.push({
-        scenario,
-        requestsPerSecond: requests / seconds,
-        p50: median(rounds.map(({ run }) => quantile(run, 0.5))),
-        p99: median(rounds.map(({ run }) => quantile(run, 0.99))),
-        cpuUsPerRequest: cpu === undefined ? undefined : (cpu / requests) * 1e6,
-        ratio,
-        errors: rounds.reduce((sum, { run }) => sum + run.errors + run.non2xx, 0),
-      });
+    const describe = (scenario: string, rounds: MeasuredRound[], ratio?: number) => {
+      rows.push({ scenario, ...summariseRounds(rounds), ratio });
     };
 
     const blockBody = body(...(calls.block as unknown as [string, unknown[]]));
     for (const target of [calls.block, calls.receipt, calls.call]) await round(inProcess.url, inProcess.pid, body(target[0], [...target[1]]), 2);
-    const blockRounds: Array<Awaited<ReturnType<typeof round>>> = [];
+    const blockRounds: MeasuredRound[] = [];
     for (const [name, target] of [['eth_getTransactionReceipt hit', calls.receipt], ['eth_call at a finalized block, hit', calls.call]] as const) {
       const payload = body(target[0], [...target[1]]);
-      const mine: Array<Awaited<ReturnType<typeof round>>> = [];
-      const reference: Array<Awaited<ReturnType<typeof round>>> = [];
+      const mine: MeasuredRound[] = [];
+      const reference: MeasuredRound[] = [];
       for (let pair = 0; pair < options.seconds; pair += 1) {
         const order = pair % 2 === 0 ? [reference, mine] : [mine, reference];
         for (const list of order) list.push(await round(inProcess.url, inProcess.pid, list === mine ? payload : blockBody, 1));
       }
-      const ratios = mine.map(({ run }, index) => run.requests / run.seconds / (reference[index]!.run.requests / reference[index]!.run.seconds));
-      describe(name, mine, median(ratios));
+      describe(name, mine, medianPairRatio(mine, reference));
       blockRounds.push(...reference);
     }
     describe('eth_getBlockByHash hit (reference)', blockRounds);
-    const sharedRounds: Array<Awaited<ReturnType<typeof round>>> = [];
+    const sharedRounds: MeasuredRound[] = [];
     for (let n = 0; n < options.seconds; n += 1) sharedRounds.push(await round(sharedOnly.url, sharedOnly.pid, body(calls.receipt[0], [...calls.receipt[1]]), 1));
     describe('eth_getTransactionReceipt, shared-tier hit (in-process miss)', sharedRounds);
 

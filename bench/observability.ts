@@ -22,7 +22,7 @@ import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
 import { seedAnvil, startAnvil } from '../src/devnet/anvil.js';
 import { cpuSeconds } from './proc-stats.js';
-import { findWrk, prepareWrk, runWrk, type WrkRound } from './wrk.js';
+import { findWrk, measuredRound, medianPairRatio, prepareWrk, summariseRounds, type MeasuredRound } from './wrk.js';
 import { CLI, ROOT, freePort, runCli } from './local-processes.js';
 
 export const OBSERVABILITY_SCENARIO = 'traces and the request explorer: cache hit with each on vs off';
@@ -41,8 +41,6 @@ export interface ObservabilityResult {
   exports: number;
 }
 
-const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
-const quantile = (round: WrkRound, q: number): number => round.quantilesMs[Math.min(round.quantilesMs.length - 1, Math.floor(q * round.quantilesMs.length))] ?? Number.NaN;
 
 async function post(url: string, body: string): Promise<{ status: number; cache: string | null; text: string }> {
   const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
@@ -126,41 +124,28 @@ export async function runObservability(options: { seconds: number }): Promise<Ob
     }
     const files = prepareWrk(workDir);
     const bodyFile = files.bodyFile(body);
-    const round = async (target: { url: string; pid: number }, seconds: number) => {
-      const before = cpuSeconds(target.pid);
-      const run = await runWrk({ script: files.script, bodyFile, url: target.url, connections: CONNECTIONS, threads: 1, seconds, timeoutS: 10 });
-      const after = cpuSeconds(target.pid);
-      return { run, cpu: before === undefined || after === undefined ? undefined : after - before };
-    };
+    const round = (target: { url: string; pid: number }, seconds: number) =>
+      measuredRound(cpuSeconds, { script: files.script, bodyFile, url: target.url, pid: target.pid, connections: CONNECTIONS, threads: 1, seconds, timeoutS: 10 });
     // Warm: V8 keeps optimising a gateway's request path for about 15 s of full load.
     for (const target of [plain, explorer, traced]) await round(target, 15);
 
     const rows: ObservabilityResult['rows'] = [];
-    const summarise = (scenario: string, rounds: Array<Awaited<ReturnType<typeof round>>>, ratio: number | undefined) => {
-      const requests = rounds.reduce((sum, { run }) => sum + run.requests, 0);
-      const seconds = rounds.reduce((sum, { run }) => sum + run.seconds, 0);
-      const cpu = rounds.every(({ cpu }) => cpu !== undefined) ? rounds.reduce((sum, { cpu }) => sum + cpu!, 0) : undefined;
-      rows.push({
-        scenario,
-        requestsPerSecond: requests / seconds,
-        p99: median(rounds.map(({ run }) => quantile(run, 0.99))),
-        cpuUsPerRequest: cpu === undefined ? undefined : (cpu / requests) * 1e6,
-        ratio,
-        errors: rounds.reduce((sum, { run }) => sum + run.errors + run.non2xx, 0),
-      });
+    const summarise = (scenario: string, rounds: MeasuredRound[], ratio: number | undefined) => {
+      const { requestsPerSecond, p99, cpuUsPerRequest, errors } = summariseRounds(rounds);
+      rows.push({ scenario, requestsPerSecond, p99, cpuUsPerRequest, ratio, errors });
     };
-    const reference: Array<Awaited<ReturnType<typeof round>>> = [];
+    const reference: MeasuredRound[] = [];
     for (const [name, target] of [
       ['explorer on, tracing off (the default)', explorer],
       [`tracing at ${SAMPLE_RATIO} and the explorer on`, traced],
     ] as const) {
-      const mine: Array<Awaited<ReturnType<typeof round>>> = [];
-      const theirs: Array<Awaited<ReturnType<typeof round>>> = [];
+      const mine: MeasuredRound[] = [];
+      const theirs: MeasuredRound[] = [];
       for (let pair = 0; pair < options.seconds; pair += 1) {
         const order = pair % 2 === 0 ? [theirs, mine] : [mine, theirs];
         for (const list of order) list.push(await round(list === mine ? target : plain, 1));
       }
-      summarise(name, mine, median(mine.map(({ run }, index) => run.requests / run.seconds / (theirs[index]!.run.requests / theirs[index]!.run.seconds))));
+      summarise(name, mine, medianPairRatio(mine, theirs));
       reference.push(...theirs);
     }
     summarise('tracing off, explorer off (reference)', reference, undefined);

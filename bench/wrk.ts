@@ -127,3 +127,48 @@ export function runWrk(options: {
     });
   });
 }
+
+/** One measured round against a server process: wrk's round and the CPU seconds the process used meanwhile. */
+export interface MeasuredRound {
+  run: WrkRound;
+  cpu: number | undefined;
+}
+
+/** Runs one wrk round at `url` and reads the CPU time process `pid` used during it (`cpuSeconds` reads /proc). */
+export async function measuredRound(
+  cpuSeconds: (pid: number) => number | undefined,
+  options: Parameters<typeof runWrk>[0] & { pid: number },
+): Promise<MeasuredRound> {
+  const before = cpuSeconds(options.pid);
+  const run = await runWrk(options);
+  const after = cpuSeconds(options.pid);
+  return { run, cpu: before === undefined || after === undefined ? undefined : after - before };
+}
+
+/** A latency quantile of one round (q in 0..1). */
+export function roundQuantile(round: WrkRound, q: number): number {
+  return round.quantilesMs[Math.min(round.quantilesMs.length - 1, Math.floor(q * round.quantilesMs.length))] ?? Number.NaN;
+}
+
+function median(values: number[]): number {
+  return [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+}
+
+/** Rounds of one target summed: req/s over all of them, the median round's p50 and p99, CPU µs per request, failures. */
+export function summariseRounds(rounds: readonly MeasuredRound[]): { requestsPerSecond: number; p50: number; p99: number; cpuUsPerRequest: number | undefined; errors: number } {
+  const requests = rounds.reduce((sum, { run }) => sum + run.requests, 0);
+  const seconds = rounds.reduce((sum, { run }) => sum + run.seconds, 0);
+  const cpu = rounds.every(({ cpu }) => cpu !== undefined) ? rounds.reduce((sum, { cpu }) => sum + cpu!, 0) : undefined;
+  return {
+    requestsPerSecond: requests / seconds,
+    p50: median(rounds.map(({ run }) => roundQuantile(run, 0.5))),
+    p99: median(rounds.map(({ run }) => roundQuantile(run, 0.99))),
+    cpuUsPerRequest: cpu === undefined ? undefined : (cpu / requests) * 1e6,
+    errors: rounds.reduce((sum, { run }) => sum + run.errors + run.non2xx, 0),
+  };
+}
+
+/** The median over interleaved pairs of (this round's req/s ÷ its reference round's req/s). */
+export function medianPairRatio(rounds: readonly MeasuredRound[], references: readonly MeasuredRound[]): number {
+  return median(rounds.map(({ run }, index) => run.requests / run.seconds / (references[index]!.run.requests / references[index]!.run.seconds)));
+}

@@ -28,7 +28,7 @@ import { buildNetworkSet, type NetworkSet } from './server/network-runtime.js';
 import { createRpcHandler, rpcServerOptions } from './server/rpc-handler.js';
 import { requestFacts, type RequestContext } from './server/context.js';
 import { createRequestExplorer, type RequestExplorer } from './explorer/request-explorer.js';
-import { createTracing, type Tracing } from './tracing/tracing.js';
+import type { Tracing } from './tracing/tracing.js';
 import { jsonValidatorEngine } from './jsonrpc/envelope-scanner.js';
 import { openStore, type Store } from './store/index.js';
 import { createSubscriptionHub, type SubscriptionHub } from './websocket/subscription-hub.js';
@@ -274,22 +274,31 @@ function buildRequestExplorer(ctx: StartContext, store: Store): RequestExplorer 
   return explorer;
 }
 
-/** OpenTelemetry traces when `tracing` is configured; spans still buffered are exported on close. */
-function buildTracing(ctx: StartContext): Tracing | undefined {
+/**
+ * OpenTelemetry traces when `tracing` is configured; spans still buffered are exported on close.
+ * The SDK is loaded only then: every CLI command starts faster without it.
+ */
+async function buildTracing(ctx: StartContext): Promise<Tracing | undefined> {
   const settings = ctx.config.tracing;
   if (settings === undefined) return undefined;
+  const { createTracing } = await import('./tracing/tracing.js');
   const tracing = createTracing(settings);
   ctx.disposers.defer('tracing', () => tracing.close());
   return tracing;
 }
 
 /** The RPC listener (not yet listening): HTTP JSON-RPC and the WebSocket endpoint on one server. */
-function buildRpcServer(ctx: StartContext, accounting: Accounting, networkSets: NetworkSetHolder, store: Store): { rpcServer: Server; webSocket: WebSocketEndpoint } {
+function buildRpcServer(
+  ctx: StartContext,
+  accounting: Accounting,
+  networkSets: NetworkSetHolder,
+  store: Store,
+  tracing: Tracing | undefined,
+): { rpcServer: Server; webSocket: WebSocketEndpoint } {
   const { config, now, logger, metrics } = ctx;
   const { authenticator, meter, cache } = accounting;
   const recordRequest = createRequestRecorder(metrics);
   const explorer = buildRequestExplorer(ctx, store);
-  const tracing = buildTracing(ctx);
   const shouldLogStoreError = createThrottle(STORE_ERROR_LOG_INTERVAL_MS, now);
   // The request path both transports share (HTTP and WebSocket): validate, price, route, charge.
   const executor = createCallExecutor({
@@ -400,7 +409,7 @@ export async function startGateway(config: GatewayConfig, options: GatewayOption
     const cache = await buildResponseCache(ctx);
     const { networkSets, reloader } = await buildNetworks(ctx, store, cache);
     const accounting = buildAccounting(ctx, store, cache);
-    const { rpcServer, webSocket } = buildRpcServer(ctx, accounting, networkSets, store);
+    const { rpcServer, webSocket } = buildRpcServer(ctx, accounting, networkSets, store, await buildTracing(ctx));
     const { admin, adminServer } = buildAdminServer(ctx, { store, accounting, networkSets, reloader });
 
     // Listeners last, each closed (with its connections) before anything it uses.

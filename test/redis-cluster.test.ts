@@ -228,9 +228,10 @@ describe('gateways on Redis Cluster', () => {
             } while (cursor !== '0');
           }
           const day = utcDay(Date.now());
-          // Its day total, its key's day total, its usage hashes (daily and hourly) carry its tag (its
-          // reservations index is gone once every reservation settled: Redis drops an empty zset).
-          expect(keysOfTeam.sort()).toEqual([`used:team:${day}`, `used:key:${keyId}:${day}`, `usage:c:${day}`, `usage:r:${day}`, `usage:h:${day}`].map((name) => `${teamTag(team.id)}${name}`).sort());
+          // Its day total, its key's day total, its usage hashes (daily and hourly) and its recent
+          // requests (the request explorer) carry its tag (its reservations index is gone once every
+          // reservation settled: Redis drops an empty zset).
+          expect(keysOfTeam.sort()).toEqual([`used:team:${day}`, `used:key:${keyId}:${day}`, `usage:c:${day}`, `usage:r:${day}`, `usage:h:${day}`, 'requests'].map((name) => `${teamTag(team.id)}${name}`).sort());
           const slots = new Set(await Promise.all(keysOfTeam.map((key) => client.cluster('KEYSLOT', key))));
           expect(slots.size).toBe(1);
         }
