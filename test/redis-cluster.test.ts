@@ -215,6 +215,8 @@ describe('gateways on Redis Cluster', () => {
       const client = new Cluster(cluster.get().seeds.slice(0, 1).map((url) => ({ host: '127.0.0.1', port: Number(new URL(url).port) })), { lazyConnect: true });
       try {
         await client.connect();
+        // Each gateway writes its requests to the teams' explorers within explorer.flushIntervalMs.
+        await until(async () => (await Promise.all(teams.map(({ team }) => client.exists(`${teamTag(team.id)}requests`)))).every((found) => found === 1), "every team's recent requests");
         const mastersOfTeams = new Set<string>();
         for (const { team, keyId } of teams) {
           const keysOfTeam: string[] = [];
