@@ -150,8 +150,8 @@ export async function runObservability(options: { seconds: number }): Promise<Ob
     }
     summarise('tracing off, explorer off (reference)', reference, undefined);
 
-    // Everything the traced gateway has written and exported: wait for its last batch and export.
-    await new Promise((resolve) => setTimeout(resolve, 2_500));
+    // Everything the traced gateway has written and exported: wait for its last explorer batch (5 s) and export.
+    await new Promise((resolve) => setTimeout(resolve, 6_000));
     const metrics = await (await fetch(`${traced.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).text();
     return {
       rows,

@@ -344,9 +344,10 @@ const explorerSchema = z.strictObject({
   enabled: z.boolean().default(true),
   /**
    * Finished requests are written to the store in one batch per interval (at most the newest
-   * 1,000 of each team), at most this long after they end.
+   * 1,000 of each team), at most this long after they end. Longer: less store work for teams
+   * busier than 1,000 requests per interval (docs/explorer.md).
    */
-  flushIntervalMs: positiveInt.default(1_000),
+  flushIntervalMs: positiveInt.default(5_000),
 });
 
 const storeSchema = z.discriminatedUnion('driver', [sqliteStoreSchema, redisStoreSchema]);

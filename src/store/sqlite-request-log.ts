@@ -1,4 +1,5 @@
 import type Database from 'better-sqlite3';
+import { randomInt } from 'node:crypto';
 import { matchesRequestQuery, REQUESTS_KEPT_PER_TEAM, type RequestLog, type RequestRecord } from './types.js';
 
 /**
@@ -13,31 +14,42 @@ import { matchesRequestQuery, REQUESTS_KEPT_PER_TEAM, type RequestLog, type Requ
 /** Rows per transaction: about a millisecond of the event loop. */
 const CHUNK = 100;
 
+/**
+ * Clustered on (team, arrival, sequence): one B-tree, no rowid table beside an index, so an insert
+ * and the trim's range delete each touch one tree. `seq` orders a process's requests of one
+ * millisecond and keeps keys of several processes apart (a random prefix per process).
+ */
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS request_log (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
   team_id TEXT NOT NULL,
   at INTEGER NOT NULL,
-  record TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS request_log_team_at ON request_log (team_id, at, id);
+  seq INTEGER NOT NULL,
+  record TEXT NOT NULL,
+  PRIMARY KEY (team_id, at, seq)
+) WITHOUT ROWID;
 `;
+
+/** 2^31 process prefixes × 2^21 sequence numbers: within Number's exact integers. */
+const SEQUENCE_SPACE = 2 ** 21;
 
 export function createSqliteRequestLog(db: Database.Database, kept = REQUESTS_KEPT_PER_TEAM): RequestLog {
   db.exec(SCHEMA);
-  const insert = db.prepare<[string, number, string]>('INSERT INTO request_log (team_id, at, record) VALUES (?, ?, ?)');
+  const insert = db.prepare<[string, number, number, string]>('INSERT INTO request_log (team_id, at, seq, record) VALUES (?, ?, ?, ?)');
+  // Everything older than the team's kept-th newest row.
   const trim = db.prepare<[string, string, number]>(
-    'DELETE FROM request_log WHERE team_id = ? AND id IN (SELECT id FROM request_log WHERE team_id = ? ORDER BY at DESC, id DESC LIMIT -1 OFFSET ?)',
+    'DELETE FROM request_log WHERE team_id = ? AND (at, seq) < (SELECT at, seq FROM request_log WHERE team_id = ? ORDER BY at DESC, seq DESC LIMIT 1 OFFSET ?)',
   );
-  const newest = db.prepare<[string, number], { record: string }>('SELECT record FROM request_log WHERE team_id = ? ORDER BY at DESC, id DESC LIMIT ?');
+  const newest = db.prepare<[string, number], { record: string }>('SELECT record FROM request_log WHERE team_id = ? ORDER BY at DESC, seq DESC LIMIT ?');
+  const prefix = randomInt(2 ** 31) * SEQUENCE_SPACE;
+  let sequence = 0;
   const insertAll = db.transaction((records: readonly RequestRecord[], from: number, to: number) => {
     for (let index = from; index < to; index += 1) {
       const record = records[index]!;
-      insert.run(record.teamId, record.at, JSON.stringify(record));
+      insert.run(record.teamId, record.at, prefix + (sequence++ % SEQUENCE_SPACE), JSON.stringify(record));
     }
   });
   const trimAll = db.transaction((teams: ReadonlySet<string>) => {
-    for (const teamId of teams) trim.run(teamId, teamId, kept);
+    for (const teamId of teams) trim.run(teamId, teamId, kept - 1);
   });
 
   return {
