@@ -11,11 +11,11 @@
 // Standalone:  npm run build && node --import tsx bench/observability.ts [--seconds 10]
 // From bench/run.ts: `npm run bench -- --only "traces and the request explorer"` runs this alone.
 
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
+import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -30,6 +30,17 @@ export const OBSERVABILITY_SCENARIO = 'traces and the request explorer: cache hi
 const CONNECTIONS = 50;
 const SAMPLE_RATIO = 0.01;
 const ADMIN_TOKEN = 'bench-admin-token-0123456789';
+/** The core the gateways run on (`taskset`), when the machine has it and more than one core. */
+const PIN_CPU = cpus().length > 1 && hasTaskset() ? '0' : undefined;
+
+function hasTaskset(): boolean {
+  try {
+    execFileSync('taskset', ['-V'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 export interface ObservabilityResult {
   rows: Array<{ scenario: string; requestsPerSecond: number; p99: number; cpuUsPerRequest: number | undefined; ratio: number | undefined; errors: number }>;
@@ -104,6 +115,10 @@ export async function runObservability(options: { seconds: number }): Promise<Ob
       closeSync(logFd);
       children.push(child);
       const url = `http://127.0.0.1:${port}/eth/v3/${secret}`;
+      // Every gateway on the same core, all its threads: on a small machine the scheduler otherwise
+      // places each process differently (beside wrk or not), and that difference outweighs what is
+      // measured. wrk and this process share the other cores.
+      if (PIN_CPU !== undefined) execFileSync('taskset', ['-a', '-c', '-p', PIN_CPU, String(child.pid)], { stdio: 'ignore' });
       for (let tries = 0; ; tries += 1) {
         const ready = await post(url, JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_chainId', params: [] })).catch(() => undefined);
         if (ready?.status === 200) break;

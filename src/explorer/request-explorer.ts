@@ -5,9 +5,9 @@ import type { RequestContext } from '../server/context.js';
 import { MAX_RECORDED_METHODS, REQUESTS_KEPT_PER_TEAM, type RequestLog, type RequestRecord } from '../store/index.js';
 
 /**
- * The request explorer's writer (docs/explorer.md): each finished request of a known team becomes
- * a {@link RequestRecord}, queued in memory per team and written to the store in one batch every
- * `flushIntervalMs`, never on the request path. The store keeps each team's newest
+ * The request explorer's writer (docs/explorer.md): what each finished request of a known team
+ * did is kept in memory per team and written to the store as {@link RequestRecord}s in one batch
+ * every `flushIntervalMs`, never on the request path. The store keeps each team's newest
  * {@link REQUESTS_KEPT_PER_TEAM}, so a team's queue keeps no more than those either: a record
  * pushed out of it could never have been shown. A batch is therefore at most that many records per
  * team, however busy the team is, and the store's work per second stays bounded as traffic grows.
@@ -50,21 +50,100 @@ export function explorerMessage(message: string, scrubber: SecretScrubber): stri
   return scrubber.scrubClientText(message.replace(PARAM_SHAPED, '…'), MAX_ERROR_MESSAGE);
 }
 
-/** Records kept in memory per team between writes: the store shows no more. */
+/** Requests kept in memory per team between writes: the store shows no more. */
 const RING = REQUESTS_KEPT_PER_TEAM;
+const CACHE_STATES = [null, 'hit', 'miss', 'bypass'] as const;
 
-interface TeamRing {
-  /** Up to {@link RING} records; once full, `pushed % RING` is the oldest. */
-  records: RequestRecord[];
-  /** Records pushed since the last write. */
-  pushed: number;
-}
+/**
+ * One team's newest requests since the last write, column by column in a ring: recording a request
+ * stores numbers into typed arrays and references to strings that exist anyway (ids, method and
+ * network names), so the request path allocates no object per request for the explorer, and the
+ * garbage collector has no long-lived per-request objects to promote. Records are built at write
+ * time, for the requests still in the ring only.
+ */
+class TeamRing {
+  /** Requests recorded since the last write; `pushed % RING` is the next slot (the oldest once full). */
+  pushed = 0;
+  readonly at = new Float64Array(RING);
+  readonly latencyMs = new Float64Array(RING);
+  readonly credits = new Float64Array(RING);
+  /** The error's JSON-RPC code, NaN for none. */
+  readonly errorCode = new Float64Array(RING);
+  /** -1 for none. */
+  readonly upstreamCalls = new Int32Array(RING);
+  readonly status = new Uint16Array(RING);
+  /** Index into {@link CACHE_STATES}. */
+  readonly cache = new Uint8Array(RING);
+  readonly ws = new Uint8Array(RING);
+  readonly requestId: string[] = new Array<string>(RING).fill('');
+  readonly keyId: string[] = new Array<string>(RING).fill('');
+  readonly network: Array<string | null> = new Array<string | null>(RING).fill(null);
+  /** The method; a batch's methods (an array) for a batch. */
+  readonly method: Array<string | readonly string[] | null> = new Array<string | readonly string[] | null>(RING).fill(null);
+  readonly upstream: Array<string | null> = new Array<string | null>(RING).fill(null);
+  /** As received: scrubbed when the record is built. */
+  readonly errorMessage: Array<string | null> = new Array<string | null>(RING).fill(null);
 
-/** A ring's records, oldest first, appended to `out`. */
-function ringInto(ring: TeamRing, out: RequestRecord[]): void {
-  const { records } = ring;
-  const start = ring.pushed <= RING ? 0 : ring.pushed % RING;
-  for (let index = 0; index < records.length; index += 1) out.push(records[(start + index) % records.length]!);
+  record(ctx: RequestContext, nowMs: number): void {
+    const slot = this.pushed % RING;
+    this.pushed += 1;
+    const latencyMs = Math.round((performance.now() - ctx.startedAt) * 100) / 100;
+    this.at[slot] = Math.round(nowMs - latencyMs);
+    this.latencyMs[slot] = latencyMs;
+    this.credits[slot] = ctx.creditsCharged;
+    this.status[slot] = ctx.httpStatus;
+    this.cache[slot] = ctx.cache === undefined ? 0 : CACHE_STATES.indexOf(ctx.cache);
+    this.ws[slot] = ctx.transport === 'ws' ? 1 : 0;
+    this.upstreamCalls[slot] = ctx.upstreamCalls ?? -1;
+    this.requestId[slot] = ctx.requestId;
+    this.keyId[slot] = ctx.keyId ?? '';
+    this.network[slot] = ctx.networkId ?? null;
+    this.method[slot] = ctx.batchSize !== undefined ? ctx.methods.slice(0, MAX_RECORDED_METHODS) : (ctx.methods[0] ?? null);
+    this.upstream[slot] = ctx.upstream ?? null;
+    const error = ctx.firstError;
+    if (error !== undefined) {
+      this.errorCode[slot] = error.code;
+      this.errorMessage[slot] = error.message;
+    } else if (ctx.errorCode !== undefined) {
+      this.errorCode[slot] = ERROR_REGISTRY[ctx.errorCode].rpcCode;
+      this.errorMessage[slot] = ERROR_REGISTRY[ctx.errorCode].message;
+    } else {
+      this.errorCode[slot] = Number.NaN;
+      this.errorMessage[slot] = null;
+    }
+  }
+
+  /** The ring's requests as records, oldest first, appended to `out`. */
+  drainInto(teamId: string, out: RequestRecord[], scrubber: SecretScrubber): void {
+    const count = Math.min(this.pushed, RING);
+    const start = this.pushed <= RING ? 0 : this.pushed % RING;
+    for (let index = 0; index < count; index += 1) {
+      const slot = (start + index) % RING;
+      const method = this.method[slot]!;
+      const errorCode = this.errorCode[slot]!;
+      const message = this.errorMessage[slot]!;
+      const record: RequestRecord = {
+        at: this.at[slot]!,
+        requestId: this.requestId[slot]!,
+        teamId,
+        keyId: this.keyId[slot]!,
+        network: this.network[slot]!,
+        transport: this.ws[slot] === 1 ? 'ws' : 'http',
+        method: typeof method === 'string' || method === null ? method : 'batch',
+        status: this.status[slot]!,
+        ok: Number.isNaN(errorCode) && this.status[slot]! < 400,
+        credits: this.credits[slot]!,
+        latencyMs: this.latencyMs[slot]!,
+        cache: CACHE_STATES[this.cache[slot]!]!,
+        upstream: this.upstream[slot]!,
+        upstreamCalls: this.upstreamCalls[slot]! < 0 ? null : this.upstreamCalls[slot]!,
+        errorCode: Number.isNaN(errorCode) ? null : errorCode,
+        errorMessage: message === null ? null : explorerMessage(message, scrubber),
+      };
+      if (typeof method !== 'string' && method !== null) record.methods = [...method];
+      out.push(record);
+    }
+  }
 }
 
 export function createRequestExplorer(options: {
@@ -76,37 +155,11 @@ export function createRequestExplorer(options: {
   observe?: ExplorerObserver;
 }): RequestExplorer {
   const { store, now, scrubber, logger, observe } = options;
-  /** Per team, a ring of its newest records: a record pushed out could never have been shown. */
   let queued = new Map<string, TeamRing>();
+  /** Requests held in all rings. */
   let size = 0;
   let writing: Promise<void> = Promise.resolve();
   let timer: NodeJS.Timeout | undefined;
-
-  function recordOf(ctx: RequestContext): RequestRecord {
-    const latencyMs = Math.round((performance.now() - ctx.startedAt) * 100) / 100;
-    const error = ctx.firstError ?? (ctx.errorCode === undefined ? undefined : { code: ERROR_REGISTRY[ctx.errorCode].rpcCode, message: ERROR_REGISTRY[ctx.errorCode].message });
-    const batch = ctx.batchSize !== undefined;
-    const record: RequestRecord = {
-      at: Math.round(now() - latencyMs),
-      requestId: ctx.requestId,
-      teamId: ctx.teamId!,
-      keyId: ctx.keyId ?? '',
-      network: ctx.networkId ?? null,
-      transport: ctx.transport,
-      method: batch ? 'batch' : (ctx.methods[0] ?? null),
-      status: ctx.httpStatus,
-      ok: error === undefined && ctx.httpStatus < 400,
-      credits: ctx.creditsCharged,
-      latencyMs,
-      cache: ctx.cache ?? null,
-      upstream: ctx.upstream ?? null,
-      upstreamCalls: ctx.upstreamCalls ?? null,
-      errorCode: error?.code ?? null,
-      errorMessage: error === undefined ? null : explorerMessage(error.message, scrubber),
-    };
-    if (batch) record.methods = ctx.methods.slice(0, MAX_RECORDED_METHODS);
-    return record;
-  }
 
   function write(): Promise<void> {
     if (timer !== undefined) {
@@ -116,9 +169,9 @@ export function createRequestExplorer(options: {
     if (size === 0) return writing;
     const batch: RequestRecord[] = [];
     let superseded = 0;
-    for (const ring of queued.values()) {
-      superseded += ring.pushed - Math.min(ring.pushed, RING);
-      ringInto(ring, batch);
+    for (const [teamId, ring] of queued) {
+      superseded += Math.max(0, ring.pushed - RING);
+      ring.drainInto(teamId, batch, scrubber);
     }
     queued = new Map();
     size = 0;
@@ -142,13 +195,9 @@ export function createRequestExplorer(options: {
       const teamId = ctx.teamId;
       if (teamId === undefined || (ctx.methods.length === 0 && ctx.errorCode === undefined)) return;
       let ring = queued.get(teamId);
-      if (ring === undefined) queued.set(teamId, (ring = { records: [], pushed: 0 }));
-      const slot = ring.pushed % RING;
-      // Overwriting the oldest in place: no array is shifted on the request path.
-      if (slot === ring.records.length) ring.records.push(recordOf(ctx));
-      else ring.records[slot] = recordOf(ctx);
-      ring.pushed += 1;
-      if (ring.pushed <= RING) size += 1;
+      if (ring === undefined) queued.set(teamId, (ring = new TeamRing()));
+      if (ring.pushed < RING) size += 1;
+      ring.record(ctx, now());
       // Many busy teams at once: write now rather than hold more.
       if (size >= MAX_QUEUED) void write();
       if (timer === undefined) {
