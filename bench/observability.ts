@@ -4,11 +4,13 @@
 //   explorer  the request explorer on (the default), tracing off;
 //   traced    tracing at sample ratio 0.01 to a real OTLP/HTTP receiver (in this process), and
 //             the explorer on.
-// Each is measured against `plain` in interleaved 1 s wrk rounds (ratios of medians over the
-// pairs, as the cache bench does). Then the explorer's store writes per 1,000 requests and the
+// Each is measured against `plain` in interleaved 1 s wrk rounds, in rotations: the three are
+// started again for each rotation in a rotated order (a process's place on a small machine can
+// weigh as much as its configuration), and the ratio is the median over every pair of every
+// rotation. Then the explorer's store writes per 1,000 requests and the
 // spans exported, read from the traced gateway's /metrics and the receiver.
 //
-// Standalone:  npm run build && node --import tsx bench/observability.ts [--seconds 10]
+// Standalone:  npm run build && node --import tsx bench/observability.ts [--seconds 8] [--rotations 3]
 // From bench/run.ts: `npm run bench -- --only "traces and the request explorer"` runs this alone.
 
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
@@ -81,7 +83,7 @@ function metricValue(text: string, name: string): number {
   return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
 }
 
-export async function runObservability(options: { seconds: number }): Promise<ObservabilityResult> {
+export async function runObservability(options: { seconds: number; rotations: number }): Promise<ObservabilityResult> {
   const wrk = findWrk();
   if (wrk === undefined) throw new Error('wrk is not installed (apt-get install wrk)');
   const workDir = mkdtempSync(join(tmpdir(), 'tollgate-observability-bench-'));
@@ -127,54 +129,74 @@ export async function runObservability(options: { seconds: number }): Promise<Ob
       }
       return { url, pid: child.pid!, adminOrigin: `http://127.0.0.1:${adminPort}` };
     }
-    const plain = await gateway('plain', { explorer: { enabled: false } });
-    const explorer = await gateway('explorer', {});
-    const traced = await gateway('traced', { tracing: { otlpUrl: receiver.url, sampleRatio: SAMPLE_RATIO, batchDelayMs: 1_000 } });
-
+    const roles = [
+      { key: 'plain', name: 'tracing off, explorer off (reference)', sections: { explorer: { enabled: false } } },
+      { key: 'explorer', name: 'explorer on, tracing off (the default)', sections: {} },
+      { key: 'traced', name: `tracing at ${SAMPLE_RATIO} and the explorer on`, sections: { tracing: { otlpUrl: receiver.url, sampleRatio: SAMPLE_RATIO, batchDelayMs: 1_000 } } },
+    ] as const;
     const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params: [hash, false] });
-    for (const target of [plain, explorer, traced]) {
-      await post(target.url, body);
-      const hit = await post(target.url, body);
-      if (hit.status !== 200 || hit.cache !== 'hit') throw new Error(`not a cache hit: HTTP ${hit.status}, X-Cache ${hit.cache}`);
-    }
     const files = prepareWrk(workDir);
     const bodyFile = files.bodyFile(body);
     const round = (target: { url: string; pid: number }, seconds: number) =>
       measuredRound(cpuSeconds, { script: files.script, bodyFile, url: target.url, pid: target.pid, connections: CONNECTIONS, threads: 1, seconds, timeoutS: 10 });
-    // Warm: V8 keeps optimising a gateway's request path for about 15 s of full load.
-    for (const target of [plain, explorer, traced]) await round(target, 15);
 
-    const rows: ObservabilityResult['rows'] = [];
-    const summarise = (scenario: string, rounds: MeasuredRound[], ratio: number | undefined) => {
-      const { requestsPerSecond, p99, cpuUsPerRequest, errors } = summariseRounds(rounds);
-      rows.push({ scenario, requestsPerSecond, p99, cpuUsPerRequest, ratio, errors });
-    };
-    const reference: MeasuredRound[] = [];
-    for (const [name, target] of [
-      ['explorer on, tracing off (the default)', explorer],
-      [`tracing at ${SAMPLE_RATIO} and the explorer on`, traced],
-    ] as const) {
-      const mine: MeasuredRound[] = [];
-      const theirs: MeasuredRound[] = [];
-      for (let pair = 0; pair < options.seconds; pair += 1) {
-        const order = pair % 2 === 0 ? [theirs, mine] : [mine, theirs];
-        for (const list of order) list.push(await round(list === mine ? target : plain, 1));
+    // Rotations: the three configurations are started in a rotated order each time (each takes
+    // each start position once) and the measuring order rotates with them, since on a small
+    // machine a process's place can weigh as much as what it runs. Ratios are per interleaved
+    // pair with the plain gateway of the same rotation; the median is over every pair.
+    const rounds = new Map<string, MeasuredRound[]>(roles.map((role) => [role.key, []]));
+    const ratios = new Map<string, number[]>(roles.map((role) => [role.key, []]));
+    let tracedMetrics = '';
+    /** The receiver's counts when the last rotation starts: its traced gateway's spans are the rest. */
+    let spansBefore = 0;
+    let exportsBefore = 0;
+    for (let rotation = 0; rotation < options.rotations; rotation += 1) {
+      spansBefore = receiver.spans();
+      exportsBefore = receiver.exports();
+      const order = roles.map((_, index) => roles[(index + rotation) % roles.length]!);
+      const started = new Map<string, Awaited<ReturnType<typeof gateway>>>();
+      for (const role of order) started.set(role.key, await gateway(`${role.key}-${rotation}`, role.sections));
+      for (const target of started.values()) {
+        await post(target.url, body);
+        const hit = await post(target.url, body);
+        if (hit.status !== 200 || hit.cache !== 'hit') throw new Error(`not a cache hit: HTTP ${hit.status}, X-Cache ${hit.cache}`);
       }
-      summarise(name, mine, medianPairRatio(mine, theirs));
-      reference.push(...theirs);
+      // Warm: V8 keeps optimising a gateway's request path for about 15 s of full load.
+      for (const target of started.values()) await round(target, 15);
+      const plain = started.get('plain')!;
+      for (const role of order.filter((candidate) => candidate.key !== 'plain')) {
+        const mine: MeasuredRound[] = [];
+        const theirs: MeasuredRound[] = [];
+        for (let pair = 0; pair < options.seconds; pair += 1) {
+          const sequence = pair % 2 === 0 ? [theirs, mine] : [mine, theirs];
+          for (const list of sequence) list.push(await round(list === mine ? started.get(role.key)! : plain, 1));
+        }
+        rounds.get(role.key)!.push(...mine);
+        rounds.get('plain')!.push(...theirs);
+        ratios.get(role.key)!.push(...mine.map((_, index) => medianPairRatio([mine[index]!], [theirs[index]!])));
+      }
+      if (rotation === options.rotations - 1) {
+        // Everything the traced gateway has written and exported: wait for its last explorer batch (5 s) and export.
+        await new Promise((resolve) => setTimeout(resolve, 6_000));
+        tracedMetrics = await (await fetch(`${started.get('traced')!.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).text();
+      }
+      for (const child of children.splice(0)) child.kill('SIGKILL');
     }
-    summarise('tracing off, explorer off (reference)', reference, undefined);
-
-    // Everything the traced gateway has written and exported: wait for its last explorer batch (5 s) and export.
-    await new Promise((resolve) => setTimeout(resolve, 6_000));
-    const metrics = await (await fetch(`${traced.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).text();
+    const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+    const rows: ObservabilityResult['rows'] = [];
+    for (const role of [roles[1], roles[2], roles[0]]) {
+      const { requestsPerSecond, p99, cpuUsPerRequest, errors } = summariseRounds(rounds.get(role.key)!);
+      const pairs = ratios.get(role.key)!;
+      rows.push({ scenario: role.name, requestsPerSecond, p99, cpuUsPerRequest, ratio: role.key === 'plain' ? undefined : median(pairs), errors });
+    }
+    const metrics = tracedMetrics;
     return {
       rows,
       requests: sumMetric(metrics, 'tollgate_requests_total'),
       explorerWrites: metricValue(metrics, 'tollgate_explorer_writes_total'),
       explorerRecords: metricValue(metrics, 'tollgate_explorer_records_total'),
-      spans: receiver.spans(),
-      exports: receiver.exports(),
+      spans: receiver.spans() - spansBefore,
+      exports: receiver.exports() - exportsBefore,
     };
   } finally {
     for (const child of children) child.kill('SIGKILL');
@@ -197,20 +219,20 @@ export function formatObservability(result: ObservabilityResult): string {
   const fmt = (value: number | undefined, digits = 0) => (value === undefined || Number.isNaN(value) ? '?' : value.toFixed(digits));
   const perThousand = result.requests === 0 ? undefined : (result.explorerWrites / result.requests) * 1000;
   return [
-    `${OBSERVABILITY_SCENARIO} (eth_getBlockByHash hit, hydrated=false, log level info, ${CONNECTIONS} connections, wrk, interleaved 1 s rounds):`,
-    '| gateway | req/s | p99 ms | CPU µs/req | req/s vs tracing off, explorer off (median of pairs) | errors |',
+    `${OBSERVABILITY_SCENARIO} (eth_getBlockByHash hit, hydrated=false, log level info, ${CONNECTIONS} connections, wrk, interleaved 1 s rounds, start order rotated):`,
+    '| gateway | req/s | p99 ms | CPU µs/req | req/s vs tracing off, explorer off (median of all pairs) | errors |',
     '|---|---|---|---|---|---|',
     ...result.rows.map((row) => `| ${row.scenario} | ${fmt(row.requestsPerSecond)} | ${fmt(row.p99, 2)} | ${fmt(row.cpuUsPerRequest, 1)} | ${row.ratio === undefined ? '—' : `${fmt(row.ratio, 3)}×`} | ${row.errors} |`),
     '',
-    `The traced gateway over the whole run: ${result.requests} requests, ${result.explorerWrites} explorer store writes ` +
+    `The traced gateway of the last rotation: ${result.requests} requests, ${result.explorerWrites} explorer store writes ` +
       `(${fmt(perThousand, 2)} per 1,000 requests) holding ${result.explorerRecords} records; ${result.spans} spans exported in ${result.exports} export requests ` +
       `(${fmt(result.requests === 0 ? undefined : (result.spans / result.requests) * 100, 2)} % of requests, sample ratio ${SAMPLE_RATIO}).`,
   ].join('\n');
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({ options: { seconds: { type: 'string', default: '10' } } });
-  runObservability({ seconds: Number(values.seconds) }).then(
+  const { values } = parseArgs({ options: { seconds: { type: 'string', default: '8' }, rotations: { type: 'string', default: '3' } } });
+  runObservability({ seconds: Number(values.seconds), rotations: Number(values.rotations) }).then(
     (result) => console.log(formatObservability(result)),
     (error: unknown) => {
       console.error(error);

@@ -971,7 +971,7 @@ async function main(): Promise<void> {
   // The response cache's own scenarios (bench/cache-scenarios.ts) start their own anvil, Redis and gateways.
   const cacheScenarios = () => runCacheScenarios({ seconds: flags.quick ? 3 : 10 }).then(formatCacheScenarios);
   if (flags.only !== undefined && CACHE_SCENARIO.includes(flags.only)) return void console.log(await cacheScenarios());
-  const observability = () => runObservability({ seconds: flags.quick ? 4 : 12 }).then(formatObservability);
+  const observability = () => runObservability({ seconds: flags.quick ? 3 : 8, rotations: flags.quick ? 1 : 3 }).then(formatObservability);
   if (flags.only !== undefined && OBSERVABILITY_SCENARIO.includes(flags.only)) return void console.log(await observability());
   // Redis Cluster against one Redis (bench/redis-cluster-cost.ts) starts its own Redis and gateways, asked for alone.
   if (flags.only !== undefined && REDIS_CLUSTER_SCENARIO.includes(flags.only)) {
