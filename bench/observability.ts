@@ -15,8 +15,6 @@
 
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -60,21 +58,34 @@ async function post(url: string, body: string): Promise<{ status: number; cache:
   return { status: response.status, cache: response.headers.get('x-cache'), text: await response.text() };
 }
 
-/** A collector that takes OTLP/HTTP JSON and counts spans: what the exporter costs is on the gateway's side. */
-async function startReceiver(): Promise<{ url: string; spans: () => number; exports: () => number; server: Server }> {
-  let spans = 0;
-  let exports = 0;
-  const server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (chunk: Buffer) => chunks.push(chunk));
-    req.on('end', () => {
-      exports += 1;
-      spans += (Buffer.concat(chunks).toString('utf8').match(/"spanId"/g) ?? []).length;
-      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
-    });
+/**
+ * A collector that takes OTLP/HTTP JSON and counts spans, in a process of its own (as a collector
+ * is): what exporting costs is measured on the gateway's side only. `GET /count` answers its counts.
+ */
+const RECEIVER = `
+const { createServer } = require('node:http');
+let spans = 0, exports = 0;
+const server = createServer((req, res) => {
+  if (req.method === 'GET') return res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ spans, exports }));
+  const chunks = [];
+  req.on('data', (chunk) => chunks.push(chunk));
+  req.on('end', () => {
+    exports += 1;
+    spans += (Buffer.concat(chunks).toString('utf8').match(/"spanId"/g) || []).length;
+    res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/traces`, spans: () => spans, exports: () => exports, server };
+});
+server.listen(0, '127.0.0.1', () => console.log(server.address().port));
+`;
+
+async function startReceiver(): Promise<{ url: string; counts: () => Promise<{ spans: number; exports: number }>; child: ChildProcess }> {
+  const child = spawn(process.execPath, ['-e', RECEIVER], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const port = await new Promise<number>((resolve, reject) => {
+    child.once('error', reject);
+    child.stdout!.once('data', (chunk: Buffer) => resolve(Number(chunk.toString('utf8').trim())));
+  });
+  const origin = `http://127.0.0.1:${port}`;
+  return { url: `${origin}/v1/traces`, counts: async () => (await (await fetch(`${origin}/count`)).json()) as { spans: number; exports: number }, child };
 }
 
 /** An unlabelled counter's value. */
@@ -151,8 +162,7 @@ export async function runObservability(options: { seconds: number; rotations: nu
     let spansBefore = 0;
     let exportsBefore = 0;
     for (let rotation = 0; rotation < options.rotations; rotation += 1) {
-      spansBefore = receiver.spans();
-      exportsBefore = receiver.exports();
+      ({ spans: spansBefore, exports: exportsBefore } = await receiver.counts());
       const order = roles.map((_, index) => roles[(index + rotation) % roles.length]!);
       const started = new Map<string, Awaited<ReturnType<typeof gateway>>>();
       for (const role of order) started.set(role.key, await gateway(`${role.key}-${rotation}`, role.sections));
@@ -190,18 +200,18 @@ export async function runObservability(options: { seconds: number; rotations: nu
       rows.push({ scenario: role.name, requestsPerSecond, p99, cpuUsPerRequest, ratio: role.key === 'plain' ? undefined : median(pairs), errors });
     }
     const metrics = tracedMetrics;
+    const received = await receiver.counts();
     return {
       rows,
       requests: sumMetric(metrics, 'tollgate_requests_total'),
       explorerWrites: metricValue(metrics, 'tollgate_explorer_writes_total'),
       explorerRecords: metricValue(metrics, 'tollgate_explorer_records_total'),
-      spans: receiver.spans() - spansBefore,
-      exports: receiver.exports() - exportsBefore,
+      spans: received.spans - spansBefore,
+      exports: received.exports - exportsBefore,
     };
   } finally {
     for (const child of children) child.kill('SIGKILL');
-    receiver.server.close();
-    receiver.server.closeAllConnections();
+    receiver.child.kill('SIGKILL');
     await anvil.stop();
     rmSync(workDir, { recursive: true, force: true });
   }
