@@ -22,7 +22,7 @@ import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
 import { seedAnvil, startAnvil } from '../src/devnet/anvil.js';
 import { cpuSeconds } from './proc-stats.js';
-import { findWrk, measuredRound, medianPairRatio, prepareWrk, summariseRounds, type MeasuredRound } from './wrk.js';
+import { findWrk, measuredRound, pairRatios, prepareWrk, summariseRounds, type MeasuredRound } from './wrk.js';
 import { CLI, ROOT, freePort, runCli } from './local-processes.js';
 
 export const OBSERVABILITY_SCENARIO = 'traces and the request explorer: cache hit with each on vs off';
@@ -183,7 +183,7 @@ export async function runObservability(options: { seconds: number; rotations: nu
         }
         rounds.get(role.key)!.push(...mine);
         rounds.get('plain')!.push(...theirs);
-        ratios.get(role.key)!.push(...mine.map((_, index) => medianPairRatio([mine[index]!], [theirs[index]!])));
+        ratios.get(role.key)!.push(...pairRatios(mine, theirs));
       }
       if (rotation === options.rotations - 1) {
         // Everything the traced gateway has written and exported: wait for its last explorer batch (5 s) and export.

@@ -146,7 +146,7 @@ export async function measuredRound(
 }
 
 /** A latency quantile of one round (q in 0..1). */
-export function roundQuantile(round: WrkRound, q: number): number {
+function roundQuantile(round: WrkRound, q: number): number {
   return round.quantilesMs[Math.min(round.quantilesMs.length - 1, Math.floor(q * round.quantilesMs.length))] ?? Number.NaN;
 }
 
@@ -168,7 +168,12 @@ export function summariseRounds(rounds: readonly MeasuredRound[]): { requestsPer
   };
 }
 
-/** The median over interleaved pairs of (this round's req/s ÷ its reference round's req/s). */
+/** Per interleaved pair: this round's req/s ÷ its reference round's req/s. */
+export function pairRatios(rounds: readonly MeasuredRound[], references: readonly MeasuredRound[]): number[] {
+  return rounds.map(({ run }, index) => run.requests / run.seconds / (references[index]!.run.requests / references[index]!.run.seconds));
+}
+
+/** The median of {@link pairRatios}. */
 export function medianPairRatio(rounds: readonly MeasuredRound[], references: readonly MeasuredRound[]): number {
-  return median(rounds.map(({ run }, index) => run.requests / run.seconds / (references[index]!.run.requests / references[index]!.run.seconds)));
+  return median(pairRatios(rounds, references));
 }

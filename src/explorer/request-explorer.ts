@@ -35,9 +35,9 @@ export interface ExplorerObserver {
 }
 
 /** Queued records (all teams) at which a write starts at once rather than at the interval. */
-export const MAX_QUEUED = 50_000;
+const MAX_QUEUED = 50_000;
 /** Error messages are cut to this many characters. */
-export const MAX_ERROR_MESSAGE = 200;
+const MAX_ERROR_MESSAGE = 200;
 
 /**
  * Runs that are params, not prose: hex (addresses, hashes, calldata) and base58 (Solana
@@ -46,7 +46,7 @@ export const MAX_ERROR_MESSAGE = 200;
 const PARAM_SHAPED = /0x[0-9a-fA-F]{8,}|\b[1-9A-HJ-NP-Za-km-z]{32,}\b/g;
 
 /** An error message as the explorer may show it: secrets scrubbed, param-shaped runs cut, bounded. */
-export function explorerMessage(message: string, scrubber: SecretScrubber): string {
+function explorerMessage(message: string, scrubber: SecretScrubber): string {
   return scrubber.scrubClientText(message.replace(PARAM_SHAPED, '…'), MAX_ERROR_MESSAGE);
 }
 

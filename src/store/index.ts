@@ -42,7 +42,7 @@ export type {
   RequestQuery,
   RequestRecord,
 } from './types.js';
-export { StoreConflictError, matchesRequestQuery, MAX_RECORDED_METHODS, REQUESTS_KEPT_PER_TEAM } from './types.js';
+export { StoreConflictError, MAX_RECORDED_METHODS, REQUESTS_KEPT_PER_TEAM } from './types.js';
 
 /** Opens the store the config names; the only place that knows which drivers exist. */
 export async function openStore(

@@ -1,6 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { RedisKeyspace } from './redis-keyspace.js';
-import { matchesRequestQuery, REQUESTS_KEPT_PER_TEAM, type RequestLog, type RequestRecord } from './types.js';
+import { newestMatching, REQUESTS_KEPT_PER_TEAM, type RequestLog, type RequestRecord } from './types.js';
 
 /**
  * The request explorer's log in Redis: a sorted set per team, the record (JSON) scored by its
@@ -43,14 +43,7 @@ export function createRedisRequestLog(redis: Redis | Cluster, keys: RedisKeyspac
       );
     },
     async recentRequests(query) {
-      const found: RequestRecord[] = [];
-      for (const member of await redis.zrevrange(keys.requests(query.teamId), 0, kept - 1)) {
-        const record = JSON.parse(member) as RequestRecord;
-        if (!matchesRequestQuery(record, query)) continue;
-        found.push(record);
-        if (found.length >= query.limit) break;
-      }
-      return found;
+      return newestMatching(await redis.zrevrange(keys.requests(query.teamId), 0, kept - 1), query);
     },
   };
 }

@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
 import { randomInt } from 'node:crypto';
-import { matchesRequestQuery, REQUESTS_KEPT_PER_TEAM, type RequestLog, type RequestRecord } from './types.js';
+import { newestMatching, REQUESTS_KEPT_PER_TEAM, type RequestLog, type RequestRecord } from './types.js';
 
 /**
  * The request explorer's log in SQLite: one row per request, the record as JSON. Every process on
@@ -63,14 +63,7 @@ export function createSqliteRequestLog(db: Database.Database, kept = REQUESTS_KE
       trimAll(new Set(records.map((record) => record.teamId)));
     },
     async recentRequests(query) {
-      const found: RequestRecord[] = [];
-      for (const row of newest.all(query.teamId, kept)) {
-        const record = JSON.parse(row.record) as RequestRecord;
-        if (!matchesRequestQuery(record, query)) continue;
-        found.push(record);
-        if (found.length >= query.limit) break;
-      }
-      return found;
+      return newestMatching(newest.all(query.teamId, kept).map((row) => row.record), query);
     },
   };
 }

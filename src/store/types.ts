@@ -198,8 +198,23 @@ export interface RequestLog {
   recentRequests(query: RequestQuery): Promise<RequestRecord[]>;
 }
 
+/**
+ * The records of a team's stored ones (JSON, newest first) that match a query, up to its limit:
+ * what both drivers answer `recentRequests` with once they have read the team's records.
+ */
+export function newestMatching(stored: Iterable<string>, query: RequestQuery): RequestRecord[] {
+  const found: RequestRecord[] = [];
+  for (const text of stored) {
+    const record = JSON.parse(text) as RequestRecord;
+    if (!matchesRequestQuery(record, query)) continue;
+    found.push(record);
+    if (found.length >= query.limit) break;
+  }
+  return found;
+}
+
 /** True when a record matches a query's filters (the team is the store's to match). */
-export function matchesRequestQuery(record: RequestRecord, query: RequestQuery): boolean {
+function matchesRequestQuery(record: RequestRecord, query: RequestQuery): boolean {
   if (query.keyId !== undefined && record.keyId !== query.keyId) return false;
   if (query.method !== undefined && record.method !== query.method && !(record.methods?.includes(query.method) ?? false)) return false;
   if (query.status === 'ok') return record.ok;
