@@ -57,20 +57,25 @@ const INIT_CODE: Hex = `0x603080600b6000396000f3${RUNTIME}`;
 const PRICES = new Map(CATALOGUE.evm.groups.flatMap((group) => group.methods.map((method) => [method, group.credits] as const)));
 const priceOf = (method: string): number => PRICES.get(method) ?? CATALOGUE.evm.unlistedCredits;
 
-/** A gateway the flows run against, behind a proxy that records every request and answer. */
+/**
+ * A gateway the flows run against, behind a proxy that records every request and answer. Each
+ * target has its own record: a poll a stopped watcher still had in flight against one target
+ * must not be counted against the next test's target.
+ */
 interface Target {
   name: string;
   proxy: ScriptedUpstream;
+  exchanges: Exchange[];
   url(networkId: string): string;
   usage(query: UsageQuery): Promise<UsageRow[]>;
   teamId: string;
   close(): Promise<void>;
 }
+type Exchange = { request: unknown; response: unknown };
 const targets: Target[] = [];
-const exchanges: Array<{ request: unknown; response: unknown }> = [];
 let group: RunningGroup | undefined;
 
-function recordingProxy(url: string): Promise<ScriptedUpstream> {
+function recordingProxy(url: string, exchanges: Exchange[]): Promise<ScriptedUpstream> {
   return startScriptedUpstream({
     kind: 'proxy',
     url,
@@ -84,7 +89,8 @@ function recordingProxy(url: string): Promise<ScriptedUpstream> {
 beforeAll(async () => {
   const NETWORKS = [{ id: 'eth', kind: 'evm', chainId: 31337, upstreams: [{ id: 'anvil', url: anvil.node.url }] }];
   const tg: TestGateway = await startTestGateway({ networks: NETWORKS });
-  targets.push({ name: 'one process', proxy: await recordingProxy(tg.url('eth')), url: tg.url, usage: (query) => tg.store.usage(query), teamId: tg.team.id, close: () => tg.close() });
+  const oneProcess: Exchange[] = [];
+  targets.push({ name: 'one process', proxy: await recordingProxy(tg.url('eth'), oneProcess), exchanges: oneProcess, url: tg.url, usage: (query) => tg.store.usage(query), teamId: tg.team.id, close: () => tg.close() });
 
   await ensureBuilt();
   const setup = await setUpGroup({ workers: 2, dailyCredits: 1_000_000_000 });
@@ -94,9 +100,11 @@ beforeAll(async () => {
   // The test reads the usage the workers wrote through a store of its own on the same file.
   const store = await openStore({ driver: 'sqlite', path: setup.db });
   const url = (networkId: string) => `${running.rpcOrigin}/${networkId}/v3/${setup.secret}`;
+  const twoWorkers: Exchange[] = [];
   targets.push({
     name: 'two workers',
-    proxy: await recordingProxy(url('eth')),
+    proxy: await recordingProxy(url('eth'), twoWorkers),
+    exchanges: twoWorkers,
     url,
     usage: (query) => store.usage(query),
     teamId: setup.teamId,
@@ -126,7 +134,7 @@ const EXPECTED_ERROR = 'eth_getFilterChanges: {"code":-32000,"message":"filter n
 
 /** Per method, what the calls in `exchanges[from..]` cost by the catalogue, and every error answered. */
 
-function expectedCharges(from: number): { byMethod: Record<string, { credits: number; requests: number }>; errors: string[]; methods: Set<string> } {
+function expectedCharges(exchanges: readonly Exchange[], from: number): { byMethod: Record<string, { credits: number; requests: number }>; errors: string[]; methods: Set<string> } {
   const byMethod: Record<string, { credits: number; requests: number }> = {};
   const errors: string[] = [];
   const methods = new Set<string>();
@@ -157,6 +165,14 @@ function expectedCharges(from: number): { byMethod: Record<string, { credits: nu
 }
 
 const today = (): string => new Date().toISOString().slice(0, 10);
+/**
+ * Waits until the proxy has answered every call it received: a stopped watcher may still have a
+ * poll in flight, and its charge is in the ledger once its answer reached the proxy.
+ */
+function nothingInFlight(target: Target): Promise<void> {
+  return until(() => target.proxy.calls.length === target.exchanges.length, `the calls in flight through ${target.name}`);
+}
+
 async function usageByMethod(target: Target): Promise<Record<string, { credits: number; requests: number }>> {
   const rows = await target.usage({ teamId: target.teamId, fromDay: today(), toDay: today() });
   const byMethod: Record<string, { credits: number; requests: number }> = {};
@@ -192,6 +208,7 @@ async function mineUntil(condition: () => boolean, what: string): Promise<void> 
 describe.each(['one process', 'two workers'])('viem through the gateway (%s)', (name) => {
   it('reads, deploys, transacts, watches and multicalls; the ledger holds the catalogue price of every call', async () => {
     const target = targets.find((candidate) => candidate.name === name)!;
+    const { exchanges } = target;
     const from = exchanges.length;
     const usageBefore = await usageByMethod(target);
     const transport = http(target.proxy.url);
@@ -267,7 +284,8 @@ describe.each(['one process', 'two workers'])('viem through the gateway (%s)', (
     expect(exchanges.slice(callsBefore).filter((exchange) => (exchange.request as Item).method === 'eth_call')).toHaveLength(1);
 
     // The ledger: exactly the catalogue price of every call viem made, under each method's name.
-    const expected = expectedCharges(from);
+    await nothingInFlight(target);
+    const expected = expectedCharges(exchanges, from);
     expect(expected.errors.filter((error) => error !== EXPECTED_ERROR)).toEqual([]);
     for (const method of ['eth_blockNumber', 'eth_getBalance', 'eth_sendRawTransaction', 'eth_getTransactionReceipt', 'eth_call', 'eth_estimateGas', 'eth_newFilter', 'eth_getFilterChanges', 'eth_getLogs', 'eth_getCode']) {
       expect(expected.methods, method).toContain(method);
@@ -279,6 +297,7 @@ describe.each(['one process', 'two workers'])('viem through the gateway (%s)', (
 describe.each(['one process', 'two workers'])('ethers v6 through the gateway (%s)', (name) => {
   it('the same flows, with provider.on("block"), contract.on(event) and its default batching; the ledger holds the catalogue prices', async () => {
     const target = targets.find((candidate) => candidate.name === name)!;
+    const { exchanges } = target;
     const from = exchanges.length;
     const usageBefore = await usageByMethod(target);
     // cacheTimeout -1: ethers otherwise answers a repeated call within 250 ms from its own cache,
@@ -324,13 +343,13 @@ describe.each(['one process', 'two workers'])('ethers v6 through the gateway (%s
         await contract.removeAllListeners();
         // Removing the listeners uninstalls the filter without awaiting it: let that call finish.
         await until(() => exchanges.slice(from).some((exchange) => JSON.stringify(exchange.request).includes('eth_uninstallFilter')), 'eth_uninstallFilter');
-        await new Promise((resolve) => setTimeout(resolve, 300));
       }
     } finally {
       provider.destroy();
     }
 
-    const expected = expectedCharges(from);
+    await nothingInFlight(target);
+    const expected = expectedCharges(exchanges, from);
     expect(expected.errors.filter((error) => error !== EXPECTED_ERROR)).toEqual([]);
     for (const method of ['eth_blockNumber', 'eth_getBalance', 'eth_sendRawTransaction', 'eth_getTransactionReceipt', 'eth_call', 'eth_estimateGas', 'eth_newFilter', 'eth_getFilterChanges', 'eth_getLogs']) {
       expect(expected.methods, method).toContain(method);
