@@ -151,6 +151,7 @@ async function buildNetworks(ctx: StartContext, store: Store, cache: ResponseCac
         probe: (network, upstream, outcome) => metrics.upstreamProbes.add(1, network, upstream, outcome.kind === 'failure' ? outcome.reason : 'ok'),
         hedge: (network, result) => metrics.hedges.add(1, network, result),
         nullConfirmation: (network, result) => metrics.nullConfirmations.add(1, network, result),
+        archiveSkip: (network, upstream) => metrics.upstreamArchiveSkips.add(1, network, upstream),
       },
     });
   const networkSets = createNetworkSetHolder(build(config));

@@ -78,7 +78,7 @@ const TAGS = new Set(['latest', 'pending', 'safe', 'finalized']);
 const UNKNOWN: BlockRef = { kind: 'unknown' };
 
 /** A block parameter: a number, a tag, a hash, or an EIP-1898 object. A missing one means `latest`. */
-function blockParam(value: unknown): BlockRef {
+export function blockParam(value: unknown): BlockRef {
   if (value === undefined) return { kind: 'tag', tag: 'latest' };
   if (typeof value === 'string') {
     if (value === 'earliest') return { kind: 'number', number: 0 };

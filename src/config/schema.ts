@@ -53,6 +53,11 @@ const upstreamSchema = z.strictObject({
   params: z.enum(['named', 'positional']).default('named'),
   /** Share of the first attempts this upstream gets under `selection: weighted` (0: only as a fallback). */
   weight: z.number().min(0).default(1),
+  /**
+   * A pruned node: it keeps state for its last N blocks, so state reads and traces at an older
+   * block skip it. Absent: an archive (until it answers "missing trie node"). See docs/routing.md.
+   */
+  blockHistory: positiveInt.optional(),
   /** Methods this upstream does not serve (names or globs); routing skips it for them. See docs/methods.md. */
   methods: z.strictObject({ deny: z.array(methodGlob).default([]) }).prefault({}),
   /** `eth_getLogs` (docs/logs.md). */

@@ -166,6 +166,10 @@ export interface GatewayMetrics {
   upstreamLatencyEstimate: Gauge<'network' | 'upstream'>;
   /** Labels: network, upstream, outcome. */
   upstreamProbes: Tally;
+  /** Labels: network, upstream. State reads that left the upstream out (their block is older than it keeps). */
+  upstreamArchiveSkips: Tally;
+  /** Blocks of state the upstream keeps, declared or learned; absent for an archive. */
+  upstreamStateDepth: Gauge<'network' | 'upstream'>;
   /** Labels: network, result (won, lost). */
   hedges: Tally;
   /** Labels: network, result (confirmed, contradicted). */
@@ -278,6 +282,13 @@ export function createMetrics(): GatewayMetrics {
       labelNames: ['network', 'upstream', 'outcome'],
       registers,
     }),
+    upstreamArchiveSkips: tallied({
+      name: 'tollgate_upstream_archive_skips_total',
+      help: 'State reads and traces that left the upstream out because their block is older than the state it keeps (blockHistory, declared or learned)',
+      labelNames: ['network', 'upstream'],
+      registers,
+    }),
+    upstreamStateDepth: upstreamGauge('tollgate_upstream_state_depth_blocks', 'Blocks of state a pruned upstream keeps (its blockHistory, or less as learned from its answers); absent for an archive', 'min'),
     hedges: tallied({
       name: 'tollgate_hedges_total',
       help: 'Calls that sent a hedged attempt, by result: won (the hedge answered first) or lost',

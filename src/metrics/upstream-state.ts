@@ -8,7 +8,7 @@ const CIRCUIT_STATE_VALUE = { closed: 0, 'half-open': 1, open: 2 } as const;
  * is scraped rather than kept in step on every attempt: the routing layer already holds it.
  */
 export function recordUpstreamState(metrics: GatewayMetrics, networks: ReadonlyMap<string, { forwarder: Forwarder }>): void {
-  const gauges = [metrics.upstreamHealthy, metrics.upstreamCircuitState, metrics.upstreamHeadBlock, metrics.upstreamHeadLag, metrics.upstreamLatencyEstimate, metrics.upstreamFinalizedBlock];
+  const gauges = [metrics.upstreamHealthy, metrics.upstreamCircuitState, metrics.upstreamHeadBlock, metrics.upstreamHeadLag, metrics.upstreamLatencyEstimate, metrics.upstreamFinalizedBlock, metrics.upstreamStateDepth];
   for (const gauge of gauges) gauge.reset();
   for (const [network, { forwarder }] of networks) {
     const best = forwarder.selector.bestHead();
@@ -19,6 +19,8 @@ export function recordUpstreamState(metrics: GatewayMetrics, networks: ReadonlyM
       metrics.upstreamCircuitState.set(labels, CIRCUIT_STATE_VALUE[health.circuit()]);
       metrics.upstreamLatencyEstimate.set(labels, health.currentLatencyMs() / 1000);
       if (health.finalized !== undefined) metrics.upstreamFinalizedBlock.set(labels, health.finalized);
+      const stateDepth = forwarder.stateDepthOf(upstream.id);
+      if (stateDepth !== undefined) metrics.upstreamStateDepth.set(labels, stateDepth);
       if (health.head === undefined) continue;
       metrics.upstreamHeadBlock.set(labels, health.head);
       if (best !== undefined) metrics.upstreamHeadLag.set(labels, Math.max(0, best - health.head));

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { NetworkConfig } from '../config/schema.js';
 import { resultCheckOf, upstreamParams, type PreparedCall } from '../methods/registry.js';
+import { createArchiveDepth, type ArchiveDepth } from './archive-depth.js';
 import { failed, forwardOutcomeOf, type ForwardOutcome } from './call-outcome.js';
 import { clockFrom, type Clock } from './clock.js';
 import { createFilterCalls } from './filter-calls.js';
@@ -12,6 +13,7 @@ import { failoverPolicy } from './policies/failover.js';
 import { hedgePolicy, type HedgeResult } from './policies/hedge.js';
 import { LOGS_TOO_LARGE, logsTooLargePolicy } from './policies/logs-too-large.js';
 import { nullConfirmationPolicy, type NullConfirmation } from './policies/null-confirmation.js';
+import { PRUNED_STATE, prunedStatePolicy } from './policies/pruned-state.js';
 import { resultCheckPolicy } from './policies/result-check.js';
 import { timeoutPolicy } from './policies/timeout.js';
 import { tracedPolicy } from './policies/traced.js';
@@ -24,9 +26,10 @@ import { Upstream, type AttemptOutcome, type RoutedUpstream } from './upstream.j
 /**
  * A network's upstreams behind the failsafe chain (docs/routing.md):
  *
- *   null confirmation → hedge → failover → [each candidate] → circuit breaker → trace → observe → logs too large → result check → timeout → send
+ *   null confirmation → hedge → failover → [each candidate] → circuit breaker → trace → observe → logs too large → pruned state → result check → timeout → send
  *
- * Candidates come from the selector (circuit, head lag, latency and errors); the health prober
+ * Candidates come from the selector (circuit, head lag, latency and errors), less the upstreams
+ * that do not keep state at the block a state read names (archive-depth.ts); the health prober
  * keeps what the selector reads fresh. When every attempt fails the caller gets a `-32603` with
  * the attempts, and its status class tells the HTTP status: 503 if no upstream could be tried at
  * all, 504 if the deadline ran out or every attempt timed out, otherwise 502.
@@ -48,6 +51,8 @@ export interface ForwarderObserver {
   probe?(network: string, upstream: string, outcome: AttemptOutcome): void;
   hedge?(network: string, result: HedgeResult): void;
   nullConfirmation?(network: string, result: NullConfirmation): void;
+  /** A state read left this upstream out: its block is older than the upstream keeps state for. */
+  archiveSkip?(network: string, upstream: string): void;
 }
 
 export interface Forwarder {
@@ -62,6 +67,8 @@ export interface Forwarder {
   probeAll(): Promise<void>;
   /** What the health probes last said of an upstream: its head and finalized block (or slot). */
   finalityOf(upstreamId: string): { head: number | undefined; finalized: number | undefined };
+  /** Blocks of state an upstream keeps (its `blockHistory`, or less as learned); undefined: an archive. */
+  stateDepthOf(upstreamId: string): number | undefined;
   close(): Promise<void>;
 }
 
@@ -105,6 +112,12 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     clock.now,
     options.random,
   );
+  const archive = createArchiveDepth({
+    declared: new Map(network.upstreams.flatMap((config) => (config.blockHistory === undefined ? [] : [[config.id, config.blockHistory] as const]))),
+    clock,
+    bestHead: () => selector.bestHead(),
+  });
+  const reportSkip = (upstream: string) => observe.archiveSkip?.(network.id, upstream);
 
   const send: AttemptFn = (upstream, execution, signal) =>
     byId.get(upstream.id)!.send(execution.method, execution.paramsFor(upstream), signal, execution.check !== undefined, execution.upstreamHeaders);
@@ -114,10 +127,11 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     return outcome;
   };
   const attempt = chain<AttemptFn>(
-    circuitBreakerPolicy({ wrongAnswerReasons: new Set([UNVERIFIED]), answeredReasons: new Set([LOGS_TOO_LARGE]) }),
+    circuitBreakerPolicy({ wrongAnswerReasons: new Set([UNVERIFIED]), answeredReasons: new Set([LOGS_TOO_LARGE, PRUNED_STATE]) }),
     tracedPolicy(network.id),
     observed,
     logsTooLargePolicy(),
+    prunedStatePolicy(archive),
     resultCheckPolicy(UNVERIFIED),
     timeoutPolicy(clock),
   )(send);
@@ -142,7 +156,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     attempt,
     clock,
     candidatesFor: (prepared: PreparedCall) => servingOnly(selector.order(), prepared.servedBy),
-    executionFor: (prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[], trace?: RequestTrace) => createExecution(prepared, deadline, candidates, byId, trace),
+    executionFor: (prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[], trace?: RequestTrace) => createExecution(prepared, deadline, candidates, byId, archive, trace),
   };
   const filters = createFilterCalls(statefulDeps, options.filterIds ?? (processFilterIds ??= createFilterIds(randomBytes(32).toString('hex'))));
   const transactions = createTransactionCalls(statefulDeps);
@@ -187,6 +201,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
       const health = byId.get(upstreamId)?.health;
       return { head: health?.head, finalized: health?.finalized };
     },
+    stateDepthOf: (upstreamId) => archive.depthOf(upstreamId),
     close: async () => {
       prober?.stop();
       await Promise.all(upstreams.map((upstream) => upstream.close()));
@@ -194,13 +209,13 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     async forward(prepared, deadline, caller = INTERNAL_CALLER) {
       const routed = filters.route(prepared, deadline, caller) ?? transactions.route(prepared, deadline, caller.trace);
       if (routed !== undefined) return routed;
-      const candidates = servingOnly(selector.order(), prepared.servedBy);
+      const candidates = archive.keeping(servingOnly(selector.order(), prepared.servedBy), prepared.method, paramsOf(prepared), reportSkip);
       if (candidates.length === 0) {
         return failed('TG_ERR_NO_HEALTHY_UPSTREAM', servingOnly(upstreams, prepared.servedBy).map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
       }
-      const execution = createExecution(prepared, deadline, candidates, byId, caller.trace);
+      const execution = createExecution(prepared, deadline, candidates, byId, archive, caller.trace);
       const outcome = await call(execution, new AbortController().signal);
-      return forwardOutcomeOf(outcome, execution, candidates, clock.now());
+      return (outcome.kind === 'failed' ? prunedEverywhere(execution) : undefined) ?? forwardOutcomeOf(outcome, execution, candidates, clock.now());
     },
   };
 }
@@ -213,7 +228,32 @@ function servingOnly<U extends RoutedUpstream>(upstreams: readonly U[], servedBy
   return servedBy === undefined ? upstreams : upstreams.filter((upstream) => servedBy.has(upstream.id));
 }
 
-function createExecution(prepared: PreparedCall, deadline: number, candidates: readonly RoutedUpstream[], byId: ReadonlyMap<string, Upstream>, trace: RequestTrace | undefined): Execution {
+/** The params a call names its block in (pass-through calls), for the archive depth filter. */
+function paramsOf(prepared: PreparedCall): unknown {
+  return prepared.kind === 'pass-through' ? prepared.params : undefined;
+}
+
+/**
+ * When every attempt of a call was a node saying it does not keep the state asked for, the first
+ * node's own error is the answer (passed on and charged like any node error), not a gateway
+ * `-32603`: it tells the client what a direct call would, including "header not found" for a
+ * block no node has yet. A call where anything else failed too stays a gateway failure.
+ */
+function prunedEverywhere(execution: Execution): ForwardOutcome | undefined {
+  const { attempts, passedOverErrors } = execution;
+  const first = passedOverErrors?.[0];
+  if (first === undefined || attempts.length === 0 || !attempts.every((attempt) => attempt.reason === PRUNED_STATE)) return undefined;
+  return { kind: 'rpc-error', error: first.error, upstream: first.upstream, attempts };
+}
+
+function createExecution(
+  prepared: PreparedCall,
+  deadline: number,
+  candidates: readonly RoutedUpstream[],
+  byId: ReadonlyMap<string, Upstream>,
+  archive: ArchiveDepth,
+  trace: RequestTrace | undefined,
+): Execution {
   let next = 0;
   const all = servingOnly([...byId.values()], prepared.servedBy);
   return {
@@ -227,7 +267,9 @@ function createExecution(prepared: PreparedCall, deadline: number, candidates: r
     paramsFor: (upstream) => upstreamParams(prepared, byId.get(upstream.id)!.config),
     takeCandidate: () => candidates[next++],
     peekCandidate: () => candidates[next],
-    othersThan: (upstreamId) => all.filter((upstream) => upstream.id !== upstreamId && upstream.health.isAvailable()),
+    // Confirmations, like candidates, leave out upstreams that do not keep state at the call's block.
+    othersThan: (upstreamId) => archive.keeping(all, prepared.method, paramsOf(prepared)).filter((upstream) => upstream.id !== upstreamId && upstream.health.isAvailable()),
+    passedOverErrors: [],
   };
 }
 

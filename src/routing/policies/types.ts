@@ -52,6 +52,11 @@ export interface Execution {
   attemptsStarted: number;
   /** Extra headers of this attempt's upstream request (the trace's `traceparent`), if any. */
   readonly upstreamHeaders?: Readonly<Record<string, string>>;
+  /**
+   * Upstream errors failover looked past (a pruned node's "missing trie node"), in order: when
+   * every attempt ended that way, the first is the call's answer rather than a gateway error.
+   */
+  readonly passedOverErrors?: Array<{ upstream: string; error: JsonRpcErrorObject }>;
 }
 
 export type AttemptFn = (upstream: RoutedUpstream, execution: Execution, signal: AbortSignal) => Promise<AttemptOutcome>;
