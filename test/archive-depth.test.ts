@@ -8,7 +8,7 @@
 
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { METHOD_CACHING } from '../src/cache/method-classes.js';
-import { parseConfig } from '../src/config/load.js';
+import { ConfigError, parseConfig } from '../src/config/load.js';
 import { utcDay } from '../src/metering/meter.js';
 import { startAnvil, type AnvilNode } from '../src/devnet/anvil.js';
 import { createArchiveDepth, LEARNED_DEPTH_TTL_MS, STATE_READS, stateBlockOf } from '../src/routing/archive-depth.js';
@@ -464,5 +464,19 @@ describe('pruned state policy, alone', () => {
     const { ended, archive } = await run(block, 'eth_getBlockByNumber', ['0x64', false]);
     expect(ended).toBe(block);
     expect(archive.depthOf('a')).toBeUndefined();
+  });
+});
+
+describe('upstreams[].blockHistory in the config', () => {
+  const configWith = (upstream: Record<string, unknown>) => ({
+    networks: [{ id: 'eth', kind: 'evm', chainId: 1, baseUrls: ['*/eth'], upstreams: [{ id: 'a', url: 'http://127.0.0.1:1', ...upstream }] }],
+  });
+  it('is optional (an archive) or a positive number of blocks', () => {
+    expect(parseConfig(configWith({}), {}).networks[0]!.upstreams[0]!.blockHistory).toBeUndefined();
+    expect(parseConfig(configWith({ blockHistory: 128 }), {}).networks[0]!.upstreams[0]!.blockHistory).toBe(128);
+  });
+  it.each([0, -1, 1.5, '128'])('refuses %j, naming the path', (value) => {
+    expect(() => parseConfig(configWith({ blockHistory: value }), {})).toThrow(ConfigError);
+    expect(() => parseConfig(configWith({ blockHistory: value }), {})).toThrow(/networks\.0\.upstreams\.0\.blockHistory: /);
   });
 });
