@@ -9,7 +9,7 @@ import { budgetPolicy, isRateLimited, OVER_BUDGET } from '../src/routing/policie
 import { failoverPolicy } from '../src/routing/policies/failover.js';
 import { attemptEachCandidate, type AttemptFn, type Execution } from '../src/routing/policies/types.js';
 import { createSelector } from '../src/routing/selection.js';
-import { BUDGET_WINDOW_MS, UpstreamBudget } from '../src/routing/upstream-budget.js';
+import { BUDGET_SLICE_MS, BUDGET_WINDOW_MS, UpstreamBudget } from '../src/routing/upstream-budget.js';
 import { upstreamPriceOf } from '../src/routing/upstream-price.js';
 import { UpstreamHealth } from '../src/routing/upstream-health.js';
 import { RATE_LIMITED, type AttemptOutcome, type RoutedUpstream } from '../src/routing/upstream.js';
@@ -46,26 +46,38 @@ async function takeAll(budget: UpstreamBudget): Promise<number> {
   return taken;
 }
 
+/** Takes `count` permits evenly over (just under) one second, as a steady load would, each of them granted. */
+async function spendOverASecond(budget: UpstreamBudget, clock: ManualClock, count: number): Promise<void> {
+  for (let i = 0; i < count; i += 1) {
+    if (i > 0) await clock.advance(BUDGET_WINDOW_MS / count);
+    expect(await budget.take()).toBe(0);
+  }
+}
+
 describe('UpstreamBudget', () => {
-  it('holds a sliding window: never more than the limit in any one-second window, and says when a permit frees', async () => {
+  it('holds a sliding window, spread over its slices: never more than the limit in any second, nor a fifth of it in any tenth', async () => {
     const clock = new ManualClock();
-    const budget = new UpstreamBudget({ requestsPerSecond: 5, scope: 'eth/a' }, clock);
-    expect(await takeAll(budget)).toBe(5);
-    await clock.advance(400);
-    expect(await budget.take()).toBe(600);
-    expect(budget.hasRoom()).toBe(false);
-    // Half a window later the first five are still inside it; as it slides past them they leave.
-    await clock.advance(599);
+    const start = clock.now();
+    const budget = new UpstreamBudget({ requestsPerSecond: 20, scope: 'eth/a' }, clock);
+    for (let slice = 0; slice < 5; slice += 1) {
+      expect(await takeAll(budget)).toBe(4);
+      // The slice is full; after the fifth, the window too (until the first four leave it).
+      expect(await budget.take()).toBe(slice < 4 ? BUDGET_SLICE_MS : BUDGET_WINDOW_MS - 4 * BUDGET_SLICE_MS);
+      expect(budget.hasRoom()).toBe(slice < 4);
+      await clock.advance(BUDGET_SLICE_MS);
+    }
+    // 20 permits by start + 400: the window is full until the first four leave it, at start + 1000.
+    await clock.advance(start + BUDGET_WINDOW_MS - 1 - clock.now());
     expect(await budget.take()).toBe(1);
     await clock.advance(1);
     expect(budget.hasRoom()).toBe(true);
-    expect(await takeAll(budget)).toBe(5);
+    expect(await takeAll(budget)).toBe(4);
   });
 
   it('cuts to 90% of what it sent in the last second on a rate-limited answer, once per window, then recovers 2% a second up to the declared limit', async () => {
     const clock = new ManualClock();
     const budget = new UpstreamBudget({ requestsPerSecond: 100, scope: 'eth/a' }, clock);
-    expect(await takeAll(budget)).toBe(100);
+    await spendOverASecond(budget, clock, 100);
     budget.rateLimited();
     expect(budget.limit()).toBe(90);
     // Answers to calls sent before the cut arrive after it: they do not cut again.
@@ -73,8 +85,11 @@ describe('UpstreamBudget', () => {
     expect(budget.limit()).toBe(90);
     await clock.advance(BUDGET_WINDOW_MS);
     expect(budget.limit()).toBe(92);
-    expect(await takeAll(budget)).toBe(92);
-    await clock.advance(BUDGET_WINDOW_MS * 4);
+    await spendOverASecond(budget, clock, 92);
+    expect(budget.limit()).toBe(92);
+    await clock.advance(BUDGET_WINDOW_MS);
+    expect(budget.limit()).toBe(94);
+    await clock.advance(BUDGET_WINDOW_MS * 3);
     expect(budget.limit()).toBe(100);
     await clock.advance(BUDGET_WINDOW_MS * 10);
     expect(budget.limit()).toBe(100);
@@ -98,17 +113,17 @@ describe('UpstreamBudget', () => {
 
   it('asks the shared window only when its own has room, and counts alone while the shared one is unreachable', async () => {
     const clock = new ManualClock();
-    const asked: Array<[string, number, number]> = [];
+    const asked: Array<[string, number, number, number, number]> = [];
     let sharedWait = 0;
     let sharedDown = false;
     const errors: unknown[] = [];
     const budget = new UpstreamBudget(
       {
-        requestsPerSecond: 3,
+        requestsPerSecond: 30,
         scope: 'eth/a',
         shared: {
-          async takeUpstreamPermit(scope, limit, windowMs) {
-            asked.push([scope, limit, windowMs]);
+          async takeUpstreamPermit(scope, limit, windowMs, sliceMs, sliceLimit) {
+            asked.push([scope, limit, windowMs, sliceMs, sliceLimit]);
             if (sharedDown) throw new Error('connection lost');
             return sharedWait;
           },
@@ -118,13 +133,14 @@ describe('UpstreamBudget', () => {
       clock,
     );
     expect(await budget.take()).toBe(0);
-    sharedWait = 250; // another replica spent the rest
-    expect(await budget.take()).toBe(250);
+    sharedWait = 25; // another replica spent the rest of this slice
+    expect(await budget.take()).toBe(25);
     sharedWait = 0;
     sharedDown = true;
-    expect(await takeAll(budget)).toBe(2);
-    expect(asked).toEqual(Array.from({ length: 4 }, () => ['eth/a', 3, BUDGET_WINDOW_MS]));
-    expect(errors).toHaveLength(2);
+    // The slice holds 6: one taken, five more while the shared window is unreachable, then its own window says no.
+    expect(await takeAll(budget)).toBe(5);
+    expect(asked).toEqual(Array.from({ length: 7 }, () => ['eth/a', 30, BUDGET_WINDOW_MS, BUDGET_SLICE_MS, 6]));
+    expect(errors).toHaveLength(5);
   });
 });
 
@@ -151,7 +167,11 @@ describe('the budget policy', () => {
     expect(overBudget).toEqual(['a']);
 
     // 50 calls in this second, the last one answered "rate limited": b's limit is cut to 45.
-    for (let i = 0; i < 48; i += 1) await call(executionOf([b!], clock.now() + 5_000), new AbortController().signal);
+    for (let i = 0; i < 48; i += 1) {
+      await clock.advance(11);
+      await call(executionOf([b!], clock.now() + 5_000), new AbortController().signal);
+    }
+    await clock.advance(11);
     answer = limited;
     expect((await call(executionOf([b!], clock.now() + 5_000), new AbortController().signal)).kind).toBe('failed');
     expect(isRateLimited(limited())).toBe(true);

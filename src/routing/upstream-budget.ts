@@ -22,6 +22,16 @@ import type { Clock } from './clock.js';
  */
 
 export const BUDGET_WINDOW_MS = 1_000;
+/**
+ * Permits are also spread over the window: at most a fifth of the limit (rounded up) in any tenth
+ * of it. A whole second's permits taken in one burst would reach the provider as one burst, and a
+ * burst that some of the calls' delays spread while others arrive promptly lands partly in the
+ * provider's next second: spread calls keep a delay from adding up to more than a few calls. A
+ * fifth rather than a tenth: bursts of twice the average rate are let through, so calls that
+ * arrive in clumps can still use the whole limit.
+ */
+export const BUDGET_SLICE_MS = BUDGET_WINDOW_MS / 10;
+const SLICE_SHARE = 1 / 5;
 const CUT_TO = 0.9;
 const RECOVERY_PER_SECOND = 0.02;
 
@@ -77,10 +87,12 @@ export class UpstreamBudget {
     }
     const now = this.clock.now();
     if (this.countInWindow(now) >= limit) return Math.max(1, this.sent[this.oldest]! + BUDGET_WINDOW_MS - now);
+    const inSlice = this.countInSlice(now, sliceLimitOf(limit));
+    if (inSlice !== undefined) return Math.max(1, inSlice + BUDGET_SLICE_MS - now);
     const { shared } = this.options;
     if (shared !== undefined) {
       try {
-        const wait = await shared.takeUpstreamPermit(this.options.scope, limit, BUDGET_WINDOW_MS);
+        const wait = await shared.takeUpstreamPermit(this.options.scope, limit, BUDGET_WINDOW_MS, BUDGET_SLICE_MS, sliceLimitOf(limit));
         if (wait > 0) return wait;
       } catch (error) {
         this.options.onSharedError?.(error);
@@ -105,6 +117,18 @@ export class UpstreamBudget {
     this.sent.push(now);
   }
 
+  /**
+   * The oldest send time within the last slice when `sliceLimit` sends are already in it (the
+   * slice is full), else undefined.
+   */
+  private countInSlice(now: number, sliceLimit: number): number | undefined {
+    const sent = this.sent;
+    const index = sent.length - sliceLimit;
+    if (index < this.oldest) return undefined;
+    const oldestOfLast = sent[index]!;
+    return oldestOfLast > now - BUDGET_SLICE_MS ? oldestOfLast : undefined;
+  }
+
   private countInWindow(now: number): number {
     const sent = this.sent;
     while (this.oldest < sent.length && sent[this.oldest]! <= now - BUDGET_WINDOW_MS) this.oldest += 1;
@@ -115,4 +139,9 @@ export class UpstreamBudget {
     }
     return this.sent.length - this.oldest;
   }
+}
+
+/** Permits allowed in one slice of the window. */
+export function sliceLimitOf(limit: number): number {
+  return Math.ceil(limit * SLICE_SHARE);
 }

@@ -4,7 +4,7 @@ import type { RedisKeyspace } from './redis-keyspace.js';
 import { UPSTREAM_PERMIT_SCRIPT } from './redis-scripts.js';
 import type { UpstreamPermits } from './types.js';
 
-type RedisWithPermits = (Redis | Cluster) & { tgUpstreamPermit(key: string, limit: number, windowMs: number, member: string): Promise<number> };
+type RedisWithPermits = (Redis | Cluster) & { tgUpstreamPermit(key: string, limit: number, windowMs: number, sliceMs: number, sliceLimit: number, member: string): Promise<number> };
 
 /**
  * Upstream rate-limit windows every replica shares (docs/budgets.md): one script call per
@@ -18,6 +18,7 @@ export function createRedisUpstreamPermits(client: Redis | Cluster, keys: RedisK
   const prefix = randomBytes(6).toString('hex');
   let next = 0;
   return {
-    takeUpstreamPermit: (scope, limit, windowMs) => redis.tgUpstreamPermit(keys.upstreamWindow(scope), limit, windowMs, `${prefix}-${(next++).toString(36)}`),
+    takeUpstreamPermit: (scope, limit, windowMs, sliceMs, sliceLimit) =>
+      redis.tgUpstreamPermit(keys.upstreamWindow(scope), limit, windowMs, sliceMs, sliceLimit, `${prefix}-${(next++).toString(36)}`),
   };
 }

@@ -139,8 +139,11 @@ export interface Snapshots {
  * process counts its own, docs/budgets.md).
  */
 export interface UpstreamPermits {
-  /** Takes one of `limit` permits of `scope`'s sliding window: 0 when taken, else the ms until one frees. */
-  takeUpstreamPermit(scope: string, limit: number, windowMs: number): Promise<number>;
+  /**
+   * Takes one of `limit` permits of `scope`'s sliding window, of which at most `sliceLimit` in
+   * any `sliceMs`: 0 when taken, else the ms until one may free.
+   */
+  takeUpstreamPermit(scope: string, limit: number, windowMs: number, sliceMs: number, sliceLimit: number): Promise<number>;
 }
 
 export interface Store extends Ledger, KeyDirectory, UsageReports, Snapshots, SharedSecrets, TeamTokens, AlertStore, RequestLog, Partial<UpstreamPermits> {
