@@ -22,7 +22,7 @@ import { createSelector, type Selector } from './selection.js';
 import { createTransactionCalls } from './transactions.js';
 import type { UpstreamPermits } from '../store/types.js';
 import { UpstreamBudget } from './upstream-budget.js';
-import { upstreamPriceOf, type UpstreamPrice } from './upstream-price.js';
+import { upstreamPriceOf, usdOf, type UpstreamPrice } from './upstream-price.js';
 import { Upstream, type AttemptOutcome, type RoutedUpstream } from './upstream.js';
 
 /**
@@ -137,7 +137,13 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
       maxBlockLag: network.maxBlockLag,
       headMaxAgeMs: 3 * network.healthCheck.intervalMs,
       trialsByRequests: !probing,
-      unitsOf: (upstream, method) => prices.get(upstream.id)?.unitsOf(method),
+      // Money where the price has it: units of different providers are not the same money.
+      unitsOf: (upstream, method) => {
+        const price = prices.get(upstream.id);
+        if (price === undefined) return undefined;
+        const units = price.unitsOf(method);
+        return price.usdPerMillion === undefined ? units : usdOf(units, price.usdPerMillion);
+      },
       hasRoom: (upstream) => budgets.get(upstream.id)!.hasRoom(),
     },
     clock.now,

@@ -20,7 +20,7 @@ export interface SelectionSettings {
   headMaxAgeMs: number;
   /** With probes off, an upstream whose cooldown is over goes first, so its trial happens. */
   trialsByRequests: boolean;
-  /** The upstream's units for one call of `method` (`cheapest`); undefined when it has no price (ranked after priced ones). */
+  /** What one call of `method` costs at the upstream (`cheapest`); undefined when it has no price (ranked after priced ones). */
   unitsOf?: (upstream: RoutedUpstream, method: string) => number | undefined;
   /** False while the upstream's rate-limit window is full (`cheapest` ranks it after those with room). */
   hasRoom?: (upstream: RoutedUpstream) => boolean;
