@@ -29,6 +29,7 @@ export const ERROR_REGISTRY = {
   TG_ERR_INVALID_JWT: { rpcCode: -32016, httpStatus: 401, message: 'invalid JWT' },
   TG_ERR_CREDITS_EXHAUSTED: { rpcCode: -32005, httpStatus: 402, message: 'daily credit balance exhausted' },
   TG_ERR_RATE_LIMITED: { rpcCode: -32005, httpStatus: 429, message: 'credits-per-second limit exceeded' },
+  TG_ERR_UPSTREAM_BUDGET: { rpcCode: -32005, httpStatus: 429, message: 'every upstream of this network is at its rate limit' },
   TG_ERR_WS_KEY_CONNECTIONS: { rpcCode: -32005, httpStatus: 429, message: 'too many WebSocket connections for this API key' },
   TG_ERR_WS_SERVER_FULL: { rpcCode: -32005, httpStatus: 503, message: 'too many WebSocket connections on this gateway' },
   TG_ERR_WS_SUBSCRIPTION_LIMIT: { rpcCode: -32005, httpStatus: 200, message: 'too many subscriptions on this connection' },

@@ -13,6 +13,7 @@ import { createLogger, logScrubber, type Logger } from './logging/logger.js';
 import { createMeter, type Meter } from './metering/meter.js';
 import { startReservationSweep } from './metering/reservation-sweep.js';
 import { createRequestRecorder } from './metrics/record.js';
+import { usdOf } from './routing/upstream-price.js';
 import { createFilterIds } from './routing/filter-ids.js';
 import { rankSubscriptionUpstreams } from './routing/subscription-upstreams.js';
 import { createMetrics, type GatewayMetrics } from './metrics/metrics.js';
@@ -136,6 +137,7 @@ async function buildNetworks(ctx: StartContext, store: Store, cache: ResponseCac
   const { config, metrics } = ctx;
   // Filter ids are checked with one secret on every replica (docs/routing.md#filters).
   const filterIds = createFilterIds(config.filters.idSecret ?? (await store.sharedSecret(FILTER_ID_SECRET, randomBytes(32).toString('hex'))));
+  const shouldLogPermitError = createThrottle(STORE_ERROR_LOG_INTERVAL_MS, ctx.now);
   const build = (source: GatewayConfig): NetworkSet =>
     buildNetworkSet(source, {
       now: ctx.now,
@@ -152,6 +154,17 @@ async function buildNetworks(ctx: StartContext, store: Store, cache: ResponseCac
         hedge: (network, result) => metrics.hedges.add(1, network, result),
         nullConfirmation: (network, result) => metrics.nullConfirmations.add(1, network, result),
         archiveSkip: (network, upstream) => metrics.upstreamArchiveSkips.add(1, network, upstream),
+        overBudget: (network, upstream) => metrics.upstreamOverBudget.add(1, network, upstream),
+        upstreamSpend(network, upstream, _method, units, usdPerMillion) {
+          metrics.upstreamUnits.add(units, network, upstream);
+          if (usdPerMillion !== undefined) metrics.upstreamUsd.add(usdOf(units, usdPerMillion), network, upstream);
+        },
+      },
+      // Rate-limit windows every replica shares, with a Redis store (docs/budgets.md).
+      sharedPermits: store.takeUpstreamPermit === undefined ? undefined : { takeUpstreamPermit: store.takeUpstreamPermit },
+      onSharedPermitsError(error) {
+        metrics.storeErrors.inc();
+        if (shouldLogPermitError()) ctx.logger.warn({ err: error }, 'the shared upstream rate-limit windows are unreachable; each process counts alone meanwhile');
       },
     });
   const networkSets = createNetworkSetHolder(build(config));
@@ -312,7 +325,11 @@ function buildRpcServer(
       if (shouldLogStoreError()) logger.error({ err: error }, 'the store is unreachable; answering per the store failure policy');
     },
     onCacheLookup: (network, hit) => metrics.cacheLookups.add(1, network, 'eth_getBlockByHash', 'memory', hit ? 'hit' : 'miss'),
-    onUpstreamCallSaved: (network, method, reason) => metrics.cacheCallsSaved.add(1, network, method, reason),
+    onUpstreamCallSaved(network, method, reason) {
+      metrics.cacheCallsSaved.add(1, network, method, reason);
+      const saved = networkSets.current().byId.get(network)?.forwarder.savedBy(method);
+      if (saved !== undefined) metrics.upstreamUnitsSaved.add(saved.units, network, saved.upstream);
+    },
     onLogsCall: (network, method, upstreamCalls) => metrics.logsUpstreamCalls.observe(upstreamCalls, network, method),
   });
   const calls = createCallDispatcher({ executor, logger });

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { methodSettingsIssues, NETWORK_KINDS } from '../methods/catalogue.js';
 import { isIpRange } from '../auth/ip-matcher.js';
 import { isOriginPattern } from '../auth/origin-matcher.js';
+import { PROVIDER_NAMES } from '../routing/price-tables.js';
 
 /**
  * The one schema of the gateway's YAML configuration. Types, defaults and validation all come
@@ -71,6 +72,29 @@ const upstreamSchema = z.strictObject({
       maxRange: positiveInt.optional(),
     })
     .prefault({}),
+  /**
+   * The provider's plan limit: the gateway never sends this upstream more than
+   * `requestsPerSecond` calls in any one-second window, counted across every replica that shares
+   * a Redis store (per process with SQLite). See docs/budgets.md.
+   */
+  rateLimit: z.strictObject({ requestsPerSecond: positiveInt }).optional(),
+  /**
+   * What one call costs at this provider, in the provider's own units: a built-in table
+   * (docs/upstream-pricing.md) or a map of method to units with `"*"` for the rest; with
+   * `usdPerMillion`, money per million units. Read by `selection: cheapest` and the provider spend
+   * metrics (docs/budgets.md).
+   */
+  price: z
+    .strictObject({
+      units: z.union([
+        z.enum(PROVIDER_NAMES),
+        z
+          .record(z.union([methodName, z.literal('*')]), z.number().min(0))
+          .refine((map) => Object.hasOwn(map, '*'), 'a price map needs "*": the units of every method it does not list'),
+      ]),
+      usdPerMillion: z.number().min(0).optional(),
+    })
+    .optional(),
 });
 
 const circuitBreakerSchema = z.strictObject({
@@ -177,8 +201,12 @@ const networkSchema = z.strictObject({
    * `hash` field only). See docs/verification.md.
    */
   verification: z.enum(['full', 'header', 'off']).default('full'),
-  /** `fastest`: lowest latency (inflated by recent errors) first; `weighted`: first attempt drawn by upstream weight. */
-  selection: z.enum(['fastest', 'weighted']).default('fastest'),
+  /**
+   * `fastest`: lowest latency (inflated by recent errors) first; `weighted`: first attempt drawn by
+   * upstream weight; `cheapest`: the lowest `price` for the method among healthy upstreams with
+   * rate-limit budget, ties by latency (docs/budgets.md).
+   */
+  selection: z.enum(['fastest', 'weighted', 'cheapest']).default('fastest'),
   /** An upstream this many blocks behind the best probed head is tried after the others. */
   maxBlockLag: z.number().int().min(0).default(5),
   healthCheck: healthCheckSchema.prefault({}),

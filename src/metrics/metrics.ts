@@ -158,6 +158,14 @@ export interface GatewayMetrics {
   /** Labels: network, upstream. */
   upstreamDuration: FastHistogram;
   upstreamHealthy: Gauge<'network' | 'upstream'>;
+  /** Labels: network, upstream. Units of priced upstreams, as each provider bills them. */
+  upstreamUnits: Tally;
+  /** Labels: network, upstream. */
+  upstreamUsd: Tally;
+  /** Labels: network, upstream (the cheapest priced upstream the cache spared). */
+  upstreamUnitsSaved: Tally;
+  /** Labels: network, upstream. */
+  upstreamOverBudget: Tally;
   /** 0 closed, 1 half-open (trial under way), 2 open. */
   upstreamCircuitState: Gauge<'network' | 'upstream'>;
   upstreamHeadBlock: Gauge<'network' | 'upstream'>;
@@ -261,6 +269,30 @@ export function createMetrics(): GatewayMetrics {
       name: 'tollgate_upstream_requests_total',
       help: 'Attempts against upstreams, by outcome: result, rpc_error (passed to the client) or the failure reason',
       labelNames: ['network', 'upstream', 'outcome'],
+      registers,
+    }),
+    upstreamUnits: tallied({
+      name: 'tollgate_upstream_units_total',
+      help: "Provider units (compute units, credits) of the calls sent to priced upstreams, by each upstream's price",
+      labelNames: ['network', 'upstream'],
+      registers,
+    }),
+    upstreamUsd: tallied({
+      name: 'tollgate_upstream_usd_total',
+      help: 'Money of the calls sent to upstreams whose price has usdPerMillion',
+      labelNames: ['network', 'upstream'],
+      registers,
+    }),
+    upstreamUnitsSaved: tallied({
+      name: 'tollgate_upstream_units_saved_total',
+      help: 'Provider units not spent: calls the cache answered, at the price of the cheapest priced upstream',
+      labelNames: ['network', 'upstream'],
+      registers,
+    }),
+    upstreamOverBudget: tallied({
+      name: 'tollgate_upstream_over_budget_total',
+      help: "Attempts not made because the upstream's rate-limit window was full (the call went on or waited)",
+      labelNames: ['network', 'upstream'],
       registers,
     }),
     upstreamDuration: fastHistogram({

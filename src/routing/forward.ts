@@ -8,6 +8,7 @@ import { createFilterCalls } from './filter-calls.js';
 import { createFilterIds, type FilterIds } from './filter-ids.js';
 import { startHealthProber, type HealthProber } from './health-prober.js';
 import { createFinalityProbe, type BlockHeader, type HeaderFetcher } from './finality-probe.js';
+import { budgetPolicy } from './policies/budget.js';
 import { circuitBreakerPolicy } from './policies/circuit-breaker.js';
 import { failoverPolicy } from './policies/failover.js';
 import { hedgePolicy, type HedgeResult } from './policies/hedge.js';
@@ -21,12 +22,15 @@ import type { RequestTrace } from './call-trace.js';
 import { attemptEachCandidate, chain, type Attempt, type AttemptFn, type AttemptPolicy, type CallPolicy, type Execution } from './policies/types.js';
 import { createSelector, type Selector } from './selection.js';
 import { createTransactionCalls } from './transactions.js';
+import type { UpstreamPermits } from '../store/types.js';
+import { UpstreamBudget } from './upstream-budget.js';
+import { upstreamPriceOf, usdOf, type UpstreamPrice } from './upstream-price.js';
 import { Upstream, type AttemptOutcome, type RoutedUpstream } from './upstream.js';
 
 /**
  * A network's upstreams behind the failsafe chain (docs/routing.md):
  *
- *   null confirmation → hedge → failover → [each candidate] → circuit breaker → trace → observe → logs too large → pruned state → result check → timeout → send
+ *   null confirmation → hedge → failover → [each candidate] → budget → circuit breaker → trace → observe → logs too large → pruned state → result check → timeout → send
  *
  * Candidates come from the selector (circuit, head lag, latency and errors), less the upstreams
  * that do not keep state at the block a state read names (archive-depth.ts); the health prober
@@ -53,6 +57,10 @@ export interface ForwarderObserver {
   nullConfirmation?(network: string, result: NullConfirmation): void;
   /** A state read left this upstream out: its block is older than the upstream keeps state for. */
   archiveSkip?(network: string, upstream: string): void;
+  /** An attempt not made: the upstream's rate-limit window was full (docs/budgets.md). */
+  overBudget?(network: string, upstream: string): void;
+  /** A priced upstream received a call: what it costs there (`usd` when the price has money). */
+  upstreamSpend?(network: string, upstream: string, method: string, units: number, usdPerMillion: number | undefined): void;
 }
 
 export interface Forwarder {
@@ -69,6 +77,11 @@ export interface Forwarder {
   finalityOf(upstreamId: string): { head: number | undefined; finalized: number | undefined };
   /** Blocks of state an upstream keeps (its `blockHistory`, or less as learned); undefined: an archive. */
   stateDepthOf(upstreamId: string): number | undefined;
+  /**
+   * What a call of `method` would have cost upstream (the cheapest priced upstream's units), for
+   * answers the cache gave instead; undefined when no upstream of the network has a price.
+   */
+  savedBy(method: string): { upstream: string; units: number } | undefined;
   close(): Promise<void>;
 }
 
@@ -89,6 +102,10 @@ export interface ForwarderOptions {
   filterIds?: FilterIds;
   /** Told each verified finalized header a probe reads (the response cache's canonical chain). */
   onFinalized?: (network: string, upstream: string, header: BlockHeader, fetchHeader: HeaderFetcher) => Promise<void>;
+  /** Rate-limit windows every replica shares (a Redis store); without it each process counts alone. */
+  sharedPermits?: UpstreamPermits | undefined;
+  /** The shared windows could not be asked: this process's own window still holds. */
+  onSharedPermitsError?: (error: unknown) => void;
 }
 
 /** Calls the gateway makes for itself (internal ones) share one scope, and are not traced. */
@@ -100,6 +117,25 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
   const observe = options.observe ?? {};
   const upstreams = network.upstreams.map((config) => new Upstream(config, network.circuitBreaker, clock.now));
   const byId = new Map<string, Upstream>(upstreams.map((upstream) => [upstream.id, upstream]));
+  const budgets = new Map<string, UpstreamBudget>(
+    upstreams.map((upstream) => [
+      upstream.id,
+      new UpstreamBudget(
+        {
+          requestsPerSecond: upstream.config.rateLimit?.requestsPerSecond,
+          scope: `${network.id}/${upstream.id}`,
+          shared: options.sharedPermits,
+          onSharedError: options.onSharedPermitsError,
+        },
+        clock,
+      ),
+    ]),
+  );
+  const prices = new Map<string, UpstreamPrice>();
+  for (const upstream of upstreams) {
+    const price = upstreamPriceOf(upstream.config.price);
+    if (price !== undefined) prices.set(upstream.id, price);
+  }
   const probing = network.healthCheck.intervalMs > 0;
   const selector = createSelector(
     upstreams,
@@ -108,6 +144,14 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
       maxBlockLag: network.maxBlockLag,
       headMaxAgeMs: 3 * network.healthCheck.intervalMs,
       trialsByRequests: !probing,
+      // Money where the price has it: units of different providers are not the same money.
+      unitsOf: (upstream, method) => {
+        const price = prices.get(upstream.id);
+        if (price === undefined) return undefined;
+        const units = price.unitsOf(method);
+        return price.usdPerMillion === undefined ? units : usdOf(units, price.usdPerMillion);
+      },
+      hasRoom: (upstream) => budgets.get(upstream.id)!.hasRoom(),
     },
     clock.now,
     options.random,
@@ -124,9 +168,12 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
   const observed: AttemptPolicy = (next) => async (upstream, execution, signal) => {
     const outcome = await next(upstream, execution, signal);
     observe.attempt?.(network.id, upstream.id, outcome);
+    const price = prices.get(upstream.id);
+    if (price !== undefined && reachedUpstream(outcome)) observe.upstreamSpend?.(network.id, upstream.id, execution.method, price.unitsOf(execution.method), price.usdPerMillion);
     return outcome;
   };
   const attempt = chain<AttemptFn>(
+    budgetPolicy((upstreamId) => budgets.get(upstreamId), clock, { overBudget: (upstreamId) => observe.overBudget?.(network.id, upstreamId) }),
     circuitBreakerPolicy({ wrongAnswerReasons: new Set([UNVERIFIED]), answeredReasons: new Set([LOGS_TOO_LARGE, PRUNED_STATE]) }),
     tracedPolicy(network.id),
     observed,
@@ -155,7 +202,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     upstreams,
     attempt,
     clock,
-    candidatesFor: (prepared: PreparedCall) => servingOnly(selector.order(), prepared.servedBy),
+    candidatesFor: (prepared: PreparedCall) => servingOnly(selector.order(prepared.method), prepared.servedBy),
     executionFor: (prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[], trace?: RequestTrace) => createExecution(prepared, deadline, candidates, byId, archive, trace),
   };
   const filters = createFilterCalls(statefulDeps, options.filterIds ?? (processFilterIds ??= createFilterIds(randomBytes(32).toString('hex'))));
@@ -202,6 +249,14 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
       return { head: health?.head, finalized: health?.finalized };
     },
     stateDepthOf: (upstreamId) => archive.depthOf(upstreamId),
+    savedBy(method) {
+      let cheapest: { upstream: string; units: number } | undefined;
+      for (const [upstream, price] of prices) {
+        const units = price.unitsOf(method);
+        if (cheapest === undefined || units < cheapest.units) cheapest = { upstream, units };
+      }
+      return cheapest;
+    },
     close: async () => {
       prober?.stop();
       await Promise.all(upstreams.map((upstream) => upstream.close()));
@@ -209,7 +264,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     async forward(prepared, deadline, caller = INTERNAL_CALLER) {
       const routed = filters.route(prepared, deadline, caller) ?? transactions.route(prepared, deadline, caller.trace);
       if (routed !== undefined) return routed;
-      const candidates = archive.keeping(servingOnly(selector.order(), prepared.servedBy), prepared.method, paramsOf(prepared), reportSkip);
+      const candidates = archive.keeping(servingOnly(selector.order(prepared.method), prepared.servedBy), prepared.method, paramsOf(prepared), reportSkip);
       if (candidates.length === 0) {
         return failed('TG_ERR_NO_HEALTHY_UPSTREAM', servingOnly(upstreams, prepared.servedBy).map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
       }
@@ -218,6 +273,15 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
       return (outcome.kind === 'failed' ? prunedEverywhere(execution) : undefined) ?? forwardOutcomeOf(outcome, execution, candidates, clock.now());
     },
   };
+}
+
+/**
+ * Whether an attempt the budget and the circuit let through reached the upstream (and so is
+ * billed there): everything but a connection that was refused. A hedge cancelled after it was
+ * sent counts, as the provider counts it.
+ */
+function reachedUpstream(outcome: AttemptOutcome): boolean {
+  return outcome.kind !== 'failure' || outcome.reason !== 'connection_refused';
 }
 
 /**

@@ -7,10 +7,11 @@ import type { RoutedUpstream } from './upstream.js';
  * rest are ranked by {@link UpstreamHealth.score} (latency inflated by recent errors, both
  * fading with time), or under `weighted` the first is drawn at random by weight among the
  * healthy ones (a weight reduced by recent errors), so that load spreads, and the rest follow by
- * score.
+ * score. Under `cheapest`, healthy upstreams with rate-limit budget left go first, cheapest for
+ * the method first, ties by score; then the others by score.
  */
 
-export type SelectionStrategy = 'fastest' | 'weighted';
+export type SelectionStrategy = 'fastest' | 'weighted' | 'cheapest';
 
 export interface SelectionSettings {
   strategy: SelectionStrategy;
@@ -19,10 +20,15 @@ export interface SelectionSettings {
   headMaxAgeMs: number;
   /** With probes off, an upstream whose cooldown is over goes first, so its trial happens. */
   trialsByRequests: boolean;
+  /** What one call of `method` costs at the upstream (`cheapest`); undefined when it has no price (ranked after priced ones). */
+  unitsOf?: (upstream: RoutedUpstream, method: string) => number | undefined;
+  /** False while the upstream's rate-limit window is full (`cheapest` ranks it after those with room). */
+  hasRoom?: (upstream: RoutedUpstream) => boolean;
 }
 
 export interface Selector {
-  order(): RoutedUpstream[];
+  /** The upstreams to try for a call of `method`, best first (the method matters under `cheapest`). */
+  order(method?: string): RoutedUpstream[];
   /** The highest head among fresh probe results, or undefined. */
   bestHead(): number | undefined;
   isLagging(upstream: RoutedUpstream): boolean;
@@ -53,7 +59,7 @@ export function createSelector(
   return {
     bestHead,
     isLagging: (upstream) => lagOf(upstream, bestHead()),
-    order() {
+    order(method) {
       const best = bestHead();
       const ranked = upstreams
         .filter((upstream) => upstream.health.isAvailable())
@@ -66,6 +72,7 @@ export function createSelector(
         .sort((a, b) => Number(b.trial) - Number(a.trial) || Number(a.lagging) - Number(b.lagging) || a.score - b.score)
         .map((entry) => entry.upstream);
       const trialFirst = ranked[0] !== undefined && settings.trialsByRequests && ranked[0].health.trialReady();
+      if (settings.strategy === 'cheapest' && !trialFirst && method !== undefined) return cheapestFirst(ranked, method, best);
       if (settings.strategy === 'weighted' && !trialFirst) {
         const eligible = ranked.filter((upstream) => upstream.health.isHealthy() && !lagOf(upstream, best));
         const pick = pickByWeight(eligible, random());
@@ -75,6 +82,22 @@ export function createSelector(
       return ranked;
     },
   };
+
+  /**
+   * `ranked` (by lag, then score) reordered so that healthy, non-lagging upstreams with budget
+   * come first, cheapest first; a stable sort keeps the score order among equal prices and
+   * among the rest.
+   */
+  function cheapestFirst(ranked: RoutedUpstream[], method: string, best: number | undefined): RoutedUpstream[] {
+    const unitsOf = settings.unitsOf ?? (() => undefined);
+    const hasRoom = settings.hasRoom ?? (() => true);
+    const keyed = ranked.map((upstream) => {
+      const fit = upstream.health.isHealthy() && !lagOf(upstream, best) && hasRoom(upstream);
+      return { upstream, fit, units: unitsOf(upstream, method) ?? Number.POSITIVE_INFINITY };
+    });
+    keyed.sort((a, b) => Number(b.fit) - Number(a.fit) || (a.fit && a.units !== b.units ? (a.units < b.units ? -1 : 1) : 0));
+    return keyed.map((entry) => entry.upstream);
+  }
 }
 
 /**

@@ -38,6 +38,21 @@ export interface RoutedUpstream {
 /** Upstream JSON-RPC errors that mean "this upstream cannot serve now", not "your request is wrong". */
 const FAILOVER_RPC_CODES = new Set([-32603, -32005]);
 
+/** Reason of an answer that says the provider is rate limiting us (HTTP 429, or one of its JSON-RPC wordings). */
+export const RATE_LIMITED = 'rate_limited';
+
+/**
+ * How providers word "slow down" in a JSON-RPC error (Alchemy "exceeded its compute units per
+ * second capacity", Infura "project ID request rate exceeded" / "daily request count exceeded",
+ * QuickNode -32007 "request limit reached", the generic "rate limit", "too many requests"). Such
+ * an answer fails over (the client never sees the provider's 429) and cuts that upstream's budget.
+ */
+const RATE_LIMIT_WORDING = /rate.?limit|too many requests|request rate exceeded|request limit reached|exceeded its .*capacity|daily request count exceeded/i;
+
+function isRateLimitError(error: JsonRpcErrorObject): boolean {
+  return error.code === 429 || RATE_LIMIT_WORDING.test(error.message);
+}
+
 export class Upstream implements RoutedUpstream {
   readonly id: string;
   readonly health: UpstreamHealth;
@@ -132,6 +147,7 @@ function interpretBody(chunks: readonly Buffer[], length: number, requestId: num
     }
     const passed: JsonRpcErrorObject = { code: error.code, message: error.message };
     if (error.data !== undefined) passed.data = error.data;
+    if (isRateLimitError(passed)) return { kind: 'failure', reason: RATE_LIMITED, rpcError: passed, timedOut: false, durationMs };
     if (FAILOVER_RPC_CODES.has(error.code)) return { kind: 'failure', reason: `rpc_error_${error.code}`, rpcError: passed, timedOut: false, durationMs };
     return { kind: 'rpc-error', error: passed, durationMs };
   }

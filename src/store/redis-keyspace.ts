@@ -60,6 +60,8 @@ export interface RedisKeyspace {
 
   claim(eventKey: string): string;
   owner(tag: string): string;
+  /** Zset of the permits an upstream's rate-limit window holds (`<network>/<upstream>`). */
+  upstreamWindow(scope: string): string;
 }
 
 export function createRedisKeyspace(prefix: string, clustered: boolean): RedisKeyspace {
@@ -98,6 +100,7 @@ export function createRedisKeyspace(prefix: string, clustered: boolean): RedisKe
       sharedSecretPattern: `${p}shared-secret:*`,
       claim: (eventKey) => `${p}claim:${eventKey}`,
       owner: (tag) => `${p}owner:${tag}`,
+      upstreamWindow: (scope) => `${p}upstream-window:${scope}`,
     };
   }
   const t = (teamId: string) => `${p}{t:${teamId}}:`;
@@ -135,5 +138,6 @@ export function createRedisKeyspace(prefix: string, clustered: boolean): RedisKe
     sharedSecretPattern: `${d}shared-secret:*`,
     claim: (eventKey) => `${p}claim:${eventKey}`,
     owner: (tag) => `${p}owner:${tag}`,
+    upstreamWindow: (scope) => `${p}{u:${scope}}:window`,
   };
 }

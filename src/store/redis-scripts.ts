@@ -181,3 +181,32 @@ redis.call('HSET', KEYS[3], 'keyId', ARGV[4], 'validUntil', '')
 redis.call('SADD', KEYS[2], ARGV[2])
 return 1
 `;
+
+/**
+ * One permit of an upstream's rate-limit window, shared by every replica: a sorted set of the
+ * permits taken in the last window, scored by Redis's own clock in microseconds (one clock for
+ * every replica, whatever their machines' clocks say). At most `limit` in the window, and at
+ * most `sliceLimit` in the last slice of it, so the permits spread.
+ * KEYS[1] the window; ARGV: limit, window length in ms, slice length in ms, sliceLimit, a member
+ * unique to this permit. Returns 0 when the permit is taken, else the ms until one may free.
+ */
+export const UPSTREAM_PERMIT_SCRIPT = `
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2]) * 1000
+local slice = tonumber(ARGV[3]) * 1000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if redis.call('ZCARD', KEYS[1]) >= limit then
+  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return math.max(1, math.ceil((tonumber(oldest[2]) + window - now) / 1000))
+end
+local sliceLimit = tonumber(ARGV[4])
+local inSlice = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. (now - slice), '+inf', 'WITHSCORES', 'LIMIT', 0, sliceLimit)
+if #inSlice >= sliceLimit * 2 then
+  return math.max(1, math.ceil((tonumber(inSlice[2]) + slice - now) / 1000))
+end
+redis.call('ZADD', KEYS[1], now, ARGV[5])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 0
+`;

@@ -5,6 +5,7 @@ import { createRedisKeyDirectory } from './redis-key-directory.js';
 import { createRedisKeyspace } from './redis-keyspace.js';
 import { createRedisLedger } from './redis-ledger.js';
 import { createRedisRequestLog } from './redis-request-log.js';
+import { createRedisUpstreamPermits } from './redis-upstream-permits.js';
 import { createRedisTeamTokens } from './redis-team-tokens.js';
 import { createRedisUsage } from './redis-usage.js';
 import type { Store, StoreSnapshot, UsageQuery, UsageRow } from './types.js';
@@ -117,6 +118,7 @@ async function storeOn(connection: RedisConnection, options: RedisStoreOptions):
     },
     hourlyUsage: usageStore.hourlyUsage,
     requests: createRedisRequestLog(redis, keys),
+    upstreamPermits: createRedisUpstreamPermits(redis, keys),
     portal,
     async teamTokensWithHashes() {
       const hashKeys = await connection.scan(keys.teamTokenHash('*'));

@@ -134,7 +134,19 @@ export interface Snapshots {
  * A store driver: the hot {@link Ledger}, the {@link KeyDirectory}, usage reports and snapshots.
  * Callers take the narrowest of these they need.
  */
-export interface Store extends Ledger, KeyDirectory, UsageReports, Snapshots, SharedSecrets, TeamTokens, AlertStore, RequestLog {
+/**
+ * Upstream rate-limit windows shared by every replica (Redis drivers only: with SQLite each
+ * process counts its own, docs/budgets.md).
+ */
+export interface UpstreamPermits {
+  /**
+   * Takes one of `limit` permits of `scope`'s sliding window, of which at most `sliceLimit` in
+   * any `sliceMs`: 0 when taken, else the ms until one may free.
+   */
+  takeUpstreamPermit(scope: string, limit: number, windowMs: number, sliceMs: number, sliceLimit: number): Promise<number>;
+}
+
+export interface Store extends Ledger, KeyDirectory, UsageReports, Snapshots, SharedSecrets, TeamTokens, AlertStore, RequestLog, Partial<UpstreamPermits> {
   /** Resolves if the store answers (readiness); rejects otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;

@@ -1,0 +1,60 @@
+import type { Clock } from '../clock.js';
+import type { UpstreamBudget } from '../upstream-budget.js';
+import { RATE_LIMITED } from '../upstream.js';
+import type { AttemptOutcome, AttemptPolicy } from './types.js';
+
+/** Reason of an attempt not made because the upstream had no budget left within the call's deadline. */
+export const OVER_BUDGET = 'over_budget';
+
+/**
+ * A call waits for a permit only if this much of its deadline is left after the wait: enough for
+ * the attempt to be answered, rather than a permit spent on an attempt that times out.
+ */
+export const WAIT_MARGIN_MS = 200;
+
+/**
+ * Spends an upstream's request budget (upstream-budget.ts) on each attempt. Without a permit the
+ * call moves on to its next candidate; on its last candidate it waits for a permit as long as
+ * its deadline allows (leaving {@link WAIT_MARGIN_MS} for the attempt), and otherwise fails with {@link OVER_BUDGET} (listed, so the caller can
+ * tell "every upstream is at its limit" from an outage). An answer that says "rate limited" cuts
+ * the upstream's limit at once. The outermost attempt policy: an attempt that is never made
+ * costs no permit and says nothing to the circuit breaker.
+ */
+export function budgetPolicy(budgetOf: (upstreamId: string) => UpstreamBudget | undefined, clock: Clock, observe: { overBudget?(upstreamId: string): void } = {}): AttemptPolicy {
+  return (next) => async (upstream, execution, signal) => {
+    const budget = budgetOf(upstream.id);
+    if (budget === undefined) return next(upstream, execution, signal);
+    for (;;) {
+      const wait = await budget.take();
+      if (wait === 0) break;
+      const lastCandidate = execution.peekCandidate() === undefined;
+      if (!lastCandidate || clock.now() + wait + WAIT_MARGIN_MS >= execution.deadline || signal.aborted) {
+        observe.overBudget?.(upstream.id);
+        return { kind: 'failure', reason: OVER_BUDGET, timedOut: false, durationMs: 0 };
+      }
+      if (!(await waitFor(clock, wait, signal))) return { kind: 'failure', reason: 'cancelled', timedOut: false, durationMs: 0 };
+    }
+    const outcome = await next(upstream, execution, signal);
+    if (isRateLimited(outcome)) budget.rateLimited();
+    return outcome;
+  };
+}
+
+export function isRateLimited(outcome: AttemptOutcome): boolean {
+  return outcome.kind === 'failure' && (outcome.reason === RATE_LIMITED || outcome.reason === 'http_429');
+}
+
+/** Resolves true after `ms`, or false as soon as `signal` aborts. */
+function waitFor(clock: Clock, ms: number, signal: AbortSignal): Promise<boolean> {
+  return new Promise((resolve) => {
+    const onAbort = () => {
+      cancel();
+      resolve(false);
+    };
+    const cancel = clock.setTimer(ms, () => {
+      signal.removeEventListener('abort', onAbort);
+      resolve(true);
+    });
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
