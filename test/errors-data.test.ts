@@ -111,6 +111,8 @@ describe('docs/errors.md data fields against what the gateway emits', () => {
           circuitBreaker: { failureThreshold: 1, cooldownMs: 3_600_000 },
           upstreams: [{ id: 'b', url: breaking.url }],
         },
+        // One call a second: a second call within the same second cannot wait inside its deadline.
+        { id: 'limited', kind: 'evm', chainId: 1, verification: 'off', requestTimeoutMs: 300, upstreams: [{ id: 'l', url: failing.url, rateLimit: { requestsPerSecond: 1 } }] },
         // Subscriptions are offered (a wsUrl), though nothing listens there: the limits come first.
         { id: 'subs', kind: 'evm', chainId: 1, verification: 'off', upstreams: [{ id: 'w', url: failing.url, wsUrl: 'ws://127.0.0.1:9' }] },
       ],
@@ -128,6 +130,8 @@ describe('docs/errors.md data fields against what the gateway emits', () => {
     await record(tg.url('stalled'), 2); // TG_ERR_UPSTREAMS_TIMED_OUT
     await record(tg.url('breaking'), 3); // opens the circuit (UPSTREAMS_FAILED again)
     await record(tg.url('breaking'), 4); // TG_ERR_NO_HEALTHY_UPSTREAM
+    await record(tg.url('limited'), 20); // spends the second's one permit (UPSTREAMS_FAILED again)
+    await record(tg.url('limited'), 21); // TG_ERR_UPSTREAM_BUDGET
     // Credits: the team's quota is 1000 and nothing was charged; the key's own cap of 0 refuses first.
     const capped = await issueKey(tg.store, { teamId: tg.team.id, dailyCap: 0 });
     await record(tg.url('failing', capped.secret), 5); // TG_ERR_CREDITS_EXHAUSTED (scope key)
@@ -198,6 +202,7 @@ describe('docs/errors.md data fields against what the gateway emits', () => {
         'TG_ERR_RATE_LIMITED',
         'TG_ERR_UPSTREAMS_FAILED',
         'TG_ERR_UPSTREAMS_TIMED_OUT',
+        'TG_ERR_UPSTREAM_BUDGET',
         'TG_ERR_WS_KEY_CONNECTIONS',
         'TG_ERR_WS_SERVER_FULL',
         'TG_ERR_WS_SUBSCRIPTION_LIMIT',

@@ -7,15 +7,16 @@ import type { AttemptOutcome, AttemptPolicy } from './types.js';
 export const OVER_BUDGET = 'over_budget';
 
 /**
- * A call waits for a permit only if this much of its deadline is left after the wait: enough for
- * the attempt to be answered, rather than a permit spent on an attempt that times out.
+ * A call waits for a permit only if this much of its deadline is left after the wait (or twice
+ * the upstream's recent 99th-percentile latency, if more): enough for the attempt to be
+ * answered, rather than a permit spent on an attempt that times out.
  */
 export const WAIT_MARGIN_MS = 200;
 
 /**
  * Spends an upstream's request budget (upstream-budget.ts) on each attempt. Without a permit the
  * call moves on to its next candidate; on its last candidate it waits for a permit as long as
- * its deadline allows (leaving {@link WAIT_MARGIN_MS} for the attempt), and otherwise fails with {@link OVER_BUDGET} (listed, so the caller can
+ * its deadline allows (leaving time for the attempt, {@link WAIT_MARGIN_MS}), and otherwise fails with {@link OVER_BUDGET} (listed, so the caller can
  * tell "every upstream is at its limit" from an outage). An answer that says "rate limited" cuts
  * the upstream's limit at once. The outermost attempt policy: an attempt that is never made
  * costs no permit and says nothing to the circuit breaker.
@@ -28,7 +29,8 @@ export function budgetPolicy(budgetOf: (upstreamId: string) => UpstreamBudget | 
       const wait = await budget.take();
       if (wait === 0) break;
       const lastCandidate = execution.peekCandidate() === undefined;
-      if (!lastCandidate || clock.now() + wait + WAIT_MARGIN_MS >= execution.deadline || signal.aborted) {
+      const margin = Math.max(WAIT_MARGIN_MS, 2 * (upstream.health.latencyQuantile(0.99) ?? 0));
+      if (!lastCandidate || clock.now() + wait + margin >= execution.deadline || signal.aborted) {
         observe.overBudget?.(upstream.id);
         return { kind: 'failure', reason: OVER_BUDGET, timedOut: false, durationMs: 0 };
       }
