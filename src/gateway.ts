@@ -14,6 +14,7 @@ import { createMeter, type Meter } from './metering/meter.js';
 import { startReservationSweep } from './metering/reservation-sweep.js';
 import { createRequestRecorder } from './metrics/record.js';
 import { usdOf } from './routing/upstream-price.js';
+import { createProviderSpendRecorder } from './metering/provider-spend.js';
 import { createFilterIds } from './routing/filter-ids.js';
 import { rankSubscriptionUpstreams } from './routing/subscription-upstreams.js';
 import { createMetrics, type GatewayMetrics } from './metrics/metrics.js';
@@ -85,6 +86,8 @@ export interface RunningGateway {
 }
 
 const STORE_ERROR_LOG_INTERVAL_MS = 5_000;
+/** How often provider spend totals are written to the store (one write for all calls meanwhile). */
+const PROVIDER_SPEND_FLUSH_MS = 2_000;
 /** How often the SQLite store's WAL is checkpointed off the event loop (sqlite-checkpointer.ts). */
 const WAL_CHECKPOINT_INTERVAL_MS = 250;
 /** Largest message accepted from an upstream's WebSocket (a back-filled block or a burst of logs fits easily). */
@@ -314,6 +317,15 @@ function buildRpcServer(
   const recordRequest = createRequestRecorder(metrics);
   const explorer = buildRequestExplorer(ctx, store);
   const shouldLogStoreError = createThrottle(STORE_ERROR_LOG_INTERVAL_MS, now);
+  const providerSpend = createProviderSpendRecorder(store, {
+    now,
+    flushIntervalMs: PROVIDER_SPEND_FLUSH_MS,
+    onError: (error) => {
+      metrics.storeErrors.inc();
+      if (shouldLogStoreError()) logger.error({ err: error }, 'could not write provider spend to the store; it is kept for the next write');
+    },
+  });
+  ctx.disposers.defer('provider spend', () => providerSpend.close());
   // The request path both transports share (HTTP and WebSocket): validate, price, route, charge.
   const executor = createCallExecutor({
     meter,
@@ -330,6 +342,7 @@ function buildRpcServer(
       const saved = networkSets.current().byId.get(network)?.forwarder.savedBy(method);
       if (saved !== undefined) metrics.upstreamUnitsSaved.add(saved.units, network, saved.upstream);
     },
+    onProviderSpend: (subject, spend) => providerSpend.add(subject, spend),
     onLogsCall: (network, method, upstreamCalls) => metrics.logsUpstreamCalls.observe(upstreamCalls, network, method),
   });
   const calls = createCallDispatcher({ executor, logger });

@@ -58,15 +58,19 @@ const RECOVERY_BOUND_MS = COOLDOWN_MS + 1_000;
 
 type Fault = 'refuse' | 'http500' | 'http429' | 'stall' | 'slow' | 'lie' | 'lag';
 type UpstreamId = 'a' | 'b';
-/** One fault at a time, alternating upstreams, so the other one is healthy in every window. */
+/**
+ * One fault at a time, alternating upstreams, so the other one is healthy in every window. The
+ * 429s come last: a provider's 429 lowers that upstream's rate limit, which then recovers
+ * gradually (docs/budgets.md), so a later window would find the "healthy" upstream throttled.
+ */
 const SCHEDULE: ReadonlyArray<{ fault: Fault; upstream: UpstreamId }> = [
   { fault: 'refuse', upstream: 'a' },
   { fault: 'http500', upstream: 'b' },
-  { fault: 'http429', upstream: 'a' },
-  { fault: 'stall', upstream: 'b' },
   { fault: 'slow', upstream: 'a' },
-  { fault: 'lie', upstream: 'b' },
+  { fault: 'stall', upstream: 'b' },
   { fault: 'lag', upstream: 'a' },
+  { fault: 'lie', upstream: 'b' },
+  { fault: 'http429', upstream: 'a' },
 ];
 
 const LOAD_MS = BASELINE_MS + SCHEDULE.length * (FAULT_MS + GAP_MS);

@@ -210,6 +210,22 @@ describe.skipIf(SKIP_BROWSER_TESTS)('the team portal in Chromium', () => {
     expect(keys.find((key) => key.label === 'browser-key')).toMatchObject({ dailyCap: 6000, allowedNetworks: ['eth'] });
   });
 
+  it('shows what the period\'s calls cost at the providers and what the cache saved, from the usage rows; hidden without priced upstreams', async () => {
+    expect(await page.$eval('#provider-spend', (element) => (element as HTMLElement).hidden)).toBe(true);
+    // Provider spend as the gateway records it for calls to priced upstreams (test/upstream-budgets.test.ts drives that path).
+    await t.store.addProviderSpend([
+      { day: today(), teamId: t.team.id, keyId: t.keyId, network: 'eth', method: 'eth_call', units: 260, usd: 0.00013, savedUnits: 52 },
+      { day: today(), teamId: teamB.id, keyId: keyOfB, network: 'eth', method: 'eth_call', units: 999, usd: 1, savedUnits: 999 },
+    ]);
+    await page.reload();
+    await waitForLoad(0);
+    const rows = await t.store.usage({ teamId: t.team.id, fromDay: today(), toDay: today() });
+    expect(await page.$eval('#provider-spend', (element) => (element as HTMLElement).hidden)).toBe(false);
+    expect(await valueOf('spend-units')).toBe(String(rows.reduce((sum, row) => sum + (row.upstreamUnits ?? 0), 0)));
+    expect(await valueOf('saved-units')).toBe(String(rows.reduce((sum, row) => sum + (row.savedUnits ?? 0), 0)));
+    expect(await page.$eval('#provider-spend', (element) => element.textContent)).toBe('What these calls cost at the providers: 260 units ($0.0001); the cache saved 52 units.');
+  });
+
   it('every control is labelled and reachable by keyboard', async () => {
     const unlabelled = await page.evaluate(() =>
       [...document.querySelectorAll('input:not([type=hidden]), button, select, a[href]')]

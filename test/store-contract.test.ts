@@ -729,6 +729,27 @@ describe.each<DriverName>(['sqlite', 'redis', 'redis-cluster'])('Store contract:
     });
   });
 
+  describe('provider spend', () => {
+    it('adds spend to the usage rows of its day, team, key, network and method across handles; spend without charges is a row of its own; filters by key', async () => {
+      const { store, another } = await freshBacking(driver);
+      const replica = await another();
+      const { team, key } = await teamWithKey(store, { dailyCredits: 1_000_000 });
+      const other = await store.createKey({ teamId: team.id, secretHash: hash() });
+      await store.applyLedger([{ type: 'charge', subject: subject(team, key, { day: TODAY, network: 'eth', method: 'eth_call', cost: 80 }), nowMs: Date.now() }]);
+      const spend = (keyId: string, method: string, units: number, usd: number, savedUnits: number) => ({ day: TODAY, teamId: team.id, keyId, network: 'eth', method, units, usd, savedUnits });
+      await store.addProviderSpend([spend(key.id, 'eth_call', 26, 0.000013, 0)]);
+      await replica.addProviderSpend([spend(key.id, 'eth_call', 52, 0.000026, 26), spend(other.id, 'eth_getLogs', 75, 0, 0)]);
+      const rows = await store.usage({ teamId: team.id, fromDay: TODAY, toDay: TODAY });
+      const callRow = rows.find((row) => row.keyId === key.id && row.method === 'eth_call')!;
+      expect(callRow).toMatchObject({ credits: 80, requests: 1, upstreamUnits: 78, savedUnits: 26 });
+      expect(callRow.upstreamUsd).toBeCloseTo(0.000039, 12);
+      // Calls that failed everywhere are not charged, but their attempts were billed.
+      expect(rows.find((row) => row.keyId === other.id)).toEqual({ day: TODAY, teamId: team.id, keyId: other.id, network: 'eth', method: 'eth_getLogs', credits: 0, requests: 0, upstreamUnits: 75, upstreamUsd: 0, savedUnits: 0 });
+      expect(rows.map((row) => row.keyId)).toEqual([key.id, other.id].sort());
+      expect((await store.usage({ keyId: other.id, fromDay: TODAY, toDay: TODAY })).map((row) => row.method)).toEqual(['eth_getLogs']);
+    });
+  });
+
   describe('request explorer log', () => {
     const record = (teamId: string, at: number, extra: Partial<RequestRecord> = {}): RequestRecord => ({
       at,

@@ -146,7 +146,7 @@ describe('the team API', () => {
     const csv = await team(tokenB, 'GET', '/v1/usage.csv?days=30');
     expect(csv.headers.get('content-type')).toBe('text/csv; charset=utf-8');
     expect(csv.headers.get('content-disposition')).toMatch(/^attachment; filename="usage-/);
-    expect(csv.text).toBe(`day,team_id,key_id,network,method,credits,requests\r\n${today()},${teamB.id},${keyOfB.id},eth,eth_chainId,5,1\r\n`);
+    expect(csv.text).toBe(`day,team_id,key_id,network,method,credits,requests,upstream_units,upstream_usd,saved_units\r\n${today()},${teamB.id},${keyOfB.id},eth,eth_chainId,5,1,0,0,0\r\n`);
     const hourly = await team(tokenB, 'GET', '/v1/usage/hourly');
     expect(hourly.body).toEqual({ day: today(), rows: [{ day: today(), hour: expect.any(Number), teamId: teamB.id, keyId: keyOfB.id, credits: 5, requests: 1 }] });
     expect((await team(tokenB, 'GET', '/v1/usage/hourly?day=yesterday')).status).toBe(400);
@@ -155,7 +155,7 @@ describe('the team API', () => {
   it('the admin API exports the same usage as CSV', async () => {
     const csv = await admin('GET', `/v1/usage.csv?team=${teamB.name}&days=30`);
     expect(csv.status).toBe(200);
-    expect(csv.text).toBe(`day,team_id,key_id,network,method,credits,requests\r\n${today()},${teamB.id},${keyOfB.id},eth,eth_chainId,5,1\r\n`);
+    expect(csv.text).toBe(`day,team_id,key_id,network,method,credits,requests,upstream_units,upstream_usd,saved_units\r\n${today()},${teamB.id},${keyOfB.id},eth,eth_chainId,5,1,0,0,0\r\n`);
   });
 });
 

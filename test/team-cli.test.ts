@@ -51,7 +51,7 @@ describe('tollgate team-tokens and usage --format csv', () => {
     await store.applyLedger([{ type: 'charge', subject, nowMs: Date.now() }, { type: 'charge', subject, nowMs: Date.now() }]);
     const csv = cli('usage', '--team', 'acme', '--format', 'csv');
     expect(csv.status).toBe(0);
-    expect(csv.stdout).toBe(`day,team_id,key_id,network,method,credits,requests\r\n${day},${team.id},${key.id},eth,eth_call,160,2\r\n`);
+    expect(csv.stdout).toBe(`day,team_id,key_id,network,method,credits,requests,upstream_units,upstream_usd,saved_units\r\n${day},${team.id},${key.id},eth,eth_call,160,2,0,0,0\r\n`);
     expect(JSON.parse(cli('usage', '--team', 'acme').stdout).totals).toEqual({ credits: 160, requests: 2 });
     expect(cli('usage', '--team', 'acme', '--format', 'xml').status).toBe(2);
   });

@@ -95,6 +95,17 @@ describe('UpstreamBudget', () => {
     expect(budget.limit()).toBe(100);
   });
 
+  it('does not cut on a rate-limited answer while it sent less than half its limit in the last second (the answer is not about our rate)', async () => {
+    const clock = new ManualClock();
+    const budget = new UpstreamBudget({ requestsPerSecond: 100, scope: 'eth/a' }, clock);
+    await spendOverASecond(budget, clock, 49);
+    budget.rateLimited();
+    expect(budget.limit()).toBe(100);
+    expect(await budget.take()).toBe(0);
+    budget.rateLimited();
+    expect(budget.limit()).toBe(45);
+  });
+
   it('learns a limit for an upstream that declared none, and forgets it once it has doubled without another rate-limited answer', async () => {
     const clock = new ManualClock();
     const budget = new UpstreamBudget({ requestsPerSecond: undefined, scope: 'eth/a' }, clock);
@@ -176,6 +187,35 @@ describe('the budget policy', () => {
     expect((await call(executionOf([b!], clock.now() + 5_000), new AbortController().signal)).kind).toBe('failed');
     expect(isRateLimited(limited())).toBe(true);
     expect(budgets.get('b')!.limit()).toBe(45);
+  });
+
+  it('tries an upstream skipped for want of budget again after the others fail, waiting for its permit if the deadline allows', async () => {
+    const clock = new ManualClock();
+    const [a, b] = [upstreamOn(clock, 'a'), upstreamOn(clock, 'b')];
+    const budgetOfA = new UpstreamBudget({ requestsPerSecond: 1, scope: 'eth/a' }, clock);
+    const sent: Array<[string, number]> = [];
+    const send: AttemptFn = async (upstream) => {
+      sent.push([upstream.id, clock.now()]);
+      return upstream.id === 'b' ? { kind: 'failure', reason: 'http_500', timedOut: false, durationMs: 1 } : ok();
+    };
+    const call = failoverPolicy(clock)(attemptEachCandidate(budgetPolicy((id) => (id === 'a' ? budgetOfA : undefined), clock)(send)));
+    const start = clock.now();
+    expect(await budgetOfA.take()).toBe(0);
+    let deferredTo: RoutedUpstream[] = [];
+    const execution = { ...executionOf([a, b], start + 5_000) };
+    const candidates = [a, b];
+    let next = 0;
+    execution.takeCandidate = () => (next < candidates.length ? candidates[next++] : deferredTo.shift());
+    execution.peekCandidate = () => (next < candidates.length ? candidates[next] : deferredTo[0]);
+    execution.defer = (upstream) => (deferredTo.includes(upstream) ? false : (deferredTo = [...deferredTo, upstream], true));
+    const answer = call(execution, new AbortController().signal);
+    await settle();
+    // a skipped (no permit), b failed, a again: now the last, it waits for its permit.
+    expect(sent).toEqual([['b', start]]);
+    await clock.advance(BUDGET_WINDOW_MS);
+    expect(await answer).toMatchObject({ kind: 'result', upstream: 'a' });
+    expect(sent).toEqual([['b', start], ['a', start + BUDGET_WINDOW_MS]]);
+    expect(execution.attempts).toEqual([{ upstream: 'a', reason: OVER_BUDGET }, { upstream: 'b', reason: 'http_500' }]);
   });
 
   it('waits on its last candidate for a permit within the deadline, and fails as over_budget, with the client\'s 429, when the deadline comes first', async () => {

@@ -8,12 +8,14 @@
 //   without a client error, and the units metrics equal the proxies' own counts × their prices.
 
 import { afterEach, describe, expect, it } from 'vitest';
+import { issueKey } from '../src/admin/key-issuer.js';
 import { openStore } from '../src/store/index.js';
-import type { Store } from '../src/store/types.js';
+import type { Store, UsageRow } from '../src/store/types.js';
 import { useSeededAnvil } from './helpers/anvil.js';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
 import { useRedis } from './helpers/redis.js';
 import { startScriptedUpstream, type ScriptedBehaviour, type ScriptedUpstream } from './helpers/scripted-upstream.js';
+import { until } from './helpers/until.js';
 
 const anvil = useSeededAnvil();
 const redis = useRedis();
@@ -191,5 +193,82 @@ describe('selection: cheapest and what each upstream cost', () => {
     const hits = Number(await metric(tg, 'tollgate_cache_upstream_calls_saved_total', 'network="eth",method="eth_getBlockByHash",reason="memory"'));
     expect(hits).toBeGreaterThanOrEqual(4);
     expect(await metric(tg, 'tollgate_upstream_units_saved_total', 'network="eth",upstream="a"')).toBe(hits * 10);
+  }, 60_000);
+});
+
+describe('what each team cost at the providers', () => {
+  it("records per team, key and method the units of every call its calls sent (the proxies' own counts × prices, exactly) and the units its cache hits saved; the usage API and CSV show them", async () => {
+    const a = await recordingProxy();
+    const b = await recordingProxy();
+    const A = { eth_call: 26, eth_getBlockByNumber: 16, eth_getBlockByHash: 16, '*': 10 };
+    const B = { eth_call: 80, eth_getLogs: 255, '*': 80 };
+    const tg = await startTestGateway({
+      networks: [
+        {
+          id: 'eth',
+          kind: 'evm',
+          chainId: 31337,
+          selection: 'cheapest',
+          upstreams: [
+            { id: 'a', url: a.upstream.url, price: { units: A, usdPerMillion: 0.5 } },
+            { id: 'b', url: b.upstream.url, price: { units: B, usdPerMillion: 0.5 } },
+          ],
+        },
+      ],
+    });
+    gateways.push(tg);
+    const other = await tg.store.createTeam({ name: `other-${Math.random().toString(36).slice(2)}`, dailyCredits: 1_000_000 });
+    const otherKey = await issueKey(tg.store, { teamId: other.id });
+    const unitsSeen = (proxy: RecordingProxy, price: Record<string, number>) =>
+      proxy.upstream.calls.reduce((sum, received) => sum + received.methods.reduce((inner, method) => inner + (price[method] ?? price['*']!), 0), 0);
+    const spent = () => ({ a: unitsSeen(a, A), b: unitsSeen(b, B) });
+
+    // Team one: reads, a block fetched once and then answered from the cache three times, and a
+    // call that fails on A (500) and is answered by B: both attempts are billed, one is charged.
+    const block = (await rpc(tg.url('eth'), { jsonrpc: '2.0', id: 1, method: 'eth_getBlockByNumber', params: ['0x1', false] })).body.result;
+    for (let n = 0; n < 5; n += 1) expect((await rpc(tg.url('eth'), { jsonrpc: '2.0', id: n, method: 'eth_call', params: [{ to: `0x${(n + 0x2000).toString(16).padStart(40, '0')}`, data: '0x' }, 'latest'] })).body.error).toBeUndefined();
+    for (let i = 0; i < 4; i += 1) expect((await rpc(tg.url('eth'), { jsonrpc: '2.0', id: i, method: 'eth_getBlockByHash', params: [block.hash, false] })).body.result.hash).toBe(block.hash);
+    a.override = { kind: 'status', status: 500 };
+    expect((await rpc(tg.url('eth'), { jsonrpc: '2.0', id: 9, method: 'eth_call', params: [{ to: `0x${(0x3000).toString(16).padStart(40, '0')}`, data: '0x' }, 'latest'] })).body.error).toBeUndefined();
+    a.override = undefined;
+    const afterOne = spent();
+
+    // Team two: its own calls, on the same upstreams.
+    for (let n = 0; n < 3; n += 1) expect((await rpc(tg.url('eth', otherKey.secret), { jsonrpc: '2.0', id: n, method: 'eth_getLogs', params: [{ fromBlock: 'latest', toBlock: 'latest', topics: [`0x${(n + 7).toString(16).padStart(64, '0')}`] }] })).body.error).toBeUndefined();
+    const afterTwo = spent();
+
+    const today = new Date().toISOString().slice(0, 10);
+    const totals = async (teamId: string) => {
+      const rows = await tg.store.usage({ teamId, fromDay: today, toDay: today });
+      return {
+        units: rows.reduce((sum, row) => sum + (row.upstreamUnits ?? 0), 0),
+        usd: rows.reduce((sum, row) => sum + (row.upstreamUsd ?? 0), 0),
+        saved: rows.reduce((sum, row) => sum + (row.savedUnits ?? 0), 0),
+      };
+    };
+    const oneUnits = afterOne.a + afterOne.b;
+    const twoUnits = afterTwo.a - afterOne.a + (afterTwo.b - afterOne.b);
+    // Written every couple of seconds, off the request path: wait for the write, then compare exactly.
+    await until(async () => (await totals(tg.team.id)).units === oneUnits && (await totals(other.id)).units === twoUnits, 'the provider spend of both teams in the store');
+    const one = await totals(tg.team.id);
+    expect(one.usd).toBeCloseTo(((afterOne.a + afterOne.b) * 0.5) / 1_000_000, 12);
+    // Three of the four block calls were cache hits, each saving the cheapest price of eth_getBlockByHash (A's 16).
+    expect(one.saved).toBe(3 * 16);
+    expect((await totals(other.id)).saved).toBe(0);
+    // The failed-over call: A billed a 500 it answered, B the answer; the team was charged once.
+    const rows = await tg.store.usage({ teamId: tg.team.id, fromDay: today, toDay: today });
+    const calls = rows.find((row) => row.method === 'eth_call')!;
+    expect(calls.requests).toBe(6);
+    expect(calls.upstreamUnits).toBe(6 * 26 + 80);
+
+    const csv = await (await fetch(`${tg.gateway.adminOrigin}/v1/usage.csv?team=${tg.team.id}&days=1`, { headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } })).text();
+    const [header, ...lines] = csv.trimEnd().split('\r\n');
+    expect(header).toBe('day,team_id,key_id,network,method,credits,requests,upstream_units,upstream_usd,saved_units');
+    const callLine = lines.find((line) => line.includes(',eth_call,'))!.split(',');
+    expect(callLine.slice(7).map(Number)).toEqual([6 * 26 + 80, calls.upstreamUsd, 0]);
+    const byHash = lines.find((line) => line.includes(',eth_getBlockByHash,'))!.split(',');
+    expect(Number(byHash[9])).toBe(3 * 16);
+    const api = (await (await fetch(`${tg.gateway.adminOrigin}/v1/usage?team=${tg.team.id}&days=1`, { headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } })).json()) as { rows: UsageRow[] };
+    expect(api.rows.find((row) => row.method === 'eth_call')).toMatchObject({ upstreamUnits: 6 * 26 + 80, savedUnits: 0 });
   }, 60_000);
 });

@@ -55,16 +55,35 @@
     state.charts[id] = new Chart($(id), config);
   }
 
+  /** The provider units (and money) of the period's calls and the units the cache saved; shown only where upstreams are priced. */
+  function renderProviderSpend(rows) {
+    let units = 0;
+    let usd = 0;
+    let saved = 0;
+    for (const row of rows) {
+      units += row.upstreamUnits || 0;
+      usd += row.upstreamUsd || 0;
+      saved += row.savedUnits || 0;
+    }
+    $('provider-spend').hidden = units === 0 && saved === 0;
+    setValue('spend-units', units);
+    setValue('saved-units', saved);
+    $('spend-money').textContent = usd > 0 ? ` (${usd.toLocaleString('en-US', { style: 'currency', currency: 'USD', maximumFractionDigits: 4 })})` : '';
+  }
+
   function renderDaily() {
     const usage = state.usage;
     if (!usage) return;
     const days = daysBetween(usage.from, usage.to);
     const series = new Map();
     for (const row of usage.rows) {
+      // A row with provider spend but no credits (calls that failed everywhere) has nothing to chart.
+      if (row.credits === 0) continue;
       const name = state.stack === 'method' ? row.method : keyName(row.keyId);
       if (!series.has(name)) series.set(name, new Array(days.length).fill(0));
       series.get(name)[days.indexOf(row.day)] += row.credits;
     }
+    renderProviderSpend(usage.rows);
     const datasets = [...series.entries()].map(([label, data], index) => ({ label, data, backgroundColor: PALETTE[index % PALETTE.length], stack: 'credits' }));
     chart('daily-chart', {
       type: 'bar',

@@ -185,16 +185,13 @@ export function createAdminService(
       const teamId = query.team === undefined ? undefined : (await team(query.team)).id;
       const keyId = query.key === undefined ? undefined : (await key(query.key)).id;
       const rows = await store.usage({ teamId, keyId, fromDay: from, toDay: to });
-      const grouped = new Map<string, { network: string; method: string; credits: number; requests: number }>();
-      let credits = 0;
-      let requests = 0;
+      type Sums = Pick<UsageRow, 'credits' | 'requests' | 'upstreamUnits' | 'upstreamUsd' | 'savedUnits'>;
+      const grouped = new Map<string, { network: string; method: string } & Sums>();
+      const totals: Sums = { credits: 0, requests: 0 };
       for (const row of rows) {
-        credits += row.credits;
-        requests += row.requests;
         const groupKey = `${row.network}\u0000${row.method}`;
         const group = grouped.get(groupKey) ?? { network: row.network, method: row.method, credits: 0, requests: 0 };
-        group.credits += row.credits;
-        group.requests += row.requests;
+        for (const sums of [totals, group]) addUsage(sums, row);
         grouped.set(groupKey, group);
       }
       return {
@@ -202,10 +199,19 @@ export function createAdminService(
         to,
         ...(teamId !== undefined ? { teamId } : {}),
         ...(keyId !== undefined ? { keyId } : {}),
-        totals: { credits, requests },
+        totals,
         byNetworkMethod: [...grouped.values()],
         rows,
       };
     },
   };
+}
+
+/** Adds a usage row to running sums; the provider spend fields only where rows carry them (networks with priced upstreams). */
+function addUsage(sums: Pick<UsageRow, 'credits' | 'requests' | 'upstreamUnits' | 'upstreamUsd' | 'savedUnits'>, row: UsageRow): void {
+  sums.credits += row.credits;
+  sums.requests += row.requests;
+  if (row.upstreamUnits !== undefined) sums.upstreamUnits = (sums.upstreamUnits ?? 0) + row.upstreamUnits;
+  if (row.upstreamUsd !== undefined) sums.upstreamUsd = (sums.upstreamUsd ?? 0) + row.upstreamUsd;
+  if (row.savedUnits !== undefined) sums.savedUnits = (sums.savedUnits ?? 0) + row.savedUnits;
 }

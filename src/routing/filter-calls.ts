@@ -2,6 +2,7 @@ import { GatewayError } from '../errors.js';
 import { upstreamParams, type PreparedCall } from '../methods/registry.js';
 import { failed, forwardOutcomeOf, rejected, type ForwardOutcome } from './call-outcome.js';
 import type { RequestTrace } from './call-trace.js';
+import type { ProviderSpend } from './upstream-price.js';
 import type { FilterIds, FilterScope } from './filter-ids.js';
 import { failoverPolicy } from './policies/failover.js';
 import { attemptEachCandidate, type AttemptPolicy } from './policies/types.js';
@@ -27,7 +28,7 @@ export const INVALID_FILTER_ID = 'invalid_filter_id';
 
 export interface FilterCalls {
   /** The outcome of a filter call, or undefined for any other method. */
-  route(prepared: PreparedCall, deadline: number, caller: { keyId: string; trace?: RequestTrace | undefined }): Promise<ForwardOutcome> | undefined;
+  route(prepared: PreparedCall, deadline: number, caller: { keyId: string; trace?: RequestTrace | undefined; spend?: ProviderSpend | undefined }): Promise<ForwardOutcome> | undefined;
   /**
    * The criteria (`eth_newFilter`'s filter object) of a log filter this process created for this
    * key, or undefined when it does not know them (another replica made it, a restart, or more
@@ -68,24 +69,24 @@ export function createFilterCalls(deps: StatefulRouteDeps, filterIds: FilterIds)
       return { kind: 'result', resultBytes: Buffer.from(JSON.stringify(id)), durationMs: outcome.durationMs };
     };
 
-  async function create(prepared: PreparedCall, deadline: number, scope: FilterScope, trace: RequestTrace | undefined): Promise<ForwardOutcome> {
+  async function create(prepared: PreparedCall, deadline: number, scope: FilterScope, trace: RequestTrace | undefined, spend: ProviderSpend | undefined): Promise<ForwardOutcome> {
     const candidates = [...deps.candidatesFor(prepared)];
     if (candidates.length === 0) return failed('TG_ERR_NO_HEALTHY_UPSTREAM', upstreams.map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
-    const execution = deps.executionFor(prepared, deadline, candidates, trace);
+    const execution = deps.executionFor(prepared, deadline, candidates, trace, spend);
     const call = failoverPolicy(clock)(attemptEachCandidate(wrapping(scope)(deps.attempt)));
     const outcome = forwardOutcomeOf(await call(execution, new AbortController().signal), execution, candidates, clock.now());
     remember(outcome, prepared);
     return outcome;
   }
 
-  async function pinned(prepared: PreparedCall, deadline: number, scope: FilterScope, trace: RequestTrace | undefined): Promise<ForwardOutcome> {
+  async function pinned(prepared: PreparedCall, deadline: number, scope: FilterScope, trace: RequestTrace | undefined, spend: ProviderSpend | undefined): Promise<ForwardOutcome> {
     const params = upstreamParams(prepared, upstreams[0]!.config);
     if (!Array.isArray(params) || typeof params[0] !== 'string') {
       return rejected(new GatewayError('TG_ERR_INVALID_PARAMS', 'invalid argument 0: expected a filter id (a hex string)'));
     }
     const pin = filterIds.decode(scope, params[0], upstreams);
     if (pin === undefined) return rejected(new GatewayError('TG_ERR_FILTER_NOT_FOUND'));
-    const base = deps.executionFor(prepared, deadline, [pin.upstream], trace);
+    const base = deps.executionFor(prepared, deadline, [pin.upstream], trace, spend);
     const execution = { ...base, paramsFor: () => [pin.upstreamFilterId, ...params.slice(1)] };
     const outcome = await attemptEachCandidate(deps.attempt)(execution, new AbortController().signal);
     if (prepared.method === 'eth_uninstallFilter' && outcome.kind === 'result') criteria.delete(params[0]);
@@ -95,8 +96,8 @@ export function createFilterCalls(deps: StatefulRouteDeps, filterIds: FilterIds)
   return {
     route(prepared, deadline, caller) {
       const scope = { network: deps.network.id, keyId: caller.keyId };
-      if (FILTER_CREATING_METHODS.has(prepared.method)) return create(prepared, deadline, scope, caller.trace);
-      if (FILTER_PINNED_METHODS.has(prepared.method)) return pinned(prepared, deadline, scope, caller.trace);
+      if (FILTER_CREATING_METHODS.has(prepared.method)) return create(prepared, deadline, scope, caller.trace, caller.spend);
+      if (FILTER_PINNED_METHODS.has(prepared.method)) return pinned(prepared, deadline, scope, caller.trace, caller.spend);
       return undefined;
     },
     criteriaOf(keyId, filterId) {

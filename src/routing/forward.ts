@@ -24,7 +24,7 @@ import { createSelector, type Selector } from './selection.js';
 import { createTransactionCalls } from './transactions.js';
 import type { UpstreamPermits } from '../store/types.js';
 import { UpstreamBudget } from './upstream-budget.js';
-import { upstreamPriceOf, usdOf, type UpstreamPrice } from './upstream-price.js';
+import { upstreamPriceOf, usdOf, type ProviderSpend, type UpstreamPrice } from './upstream-price.js';
 import { Upstream, type AttemptOutcome, type RoutedUpstream } from './upstream.js';
 
 /**
@@ -43,10 +43,14 @@ import { Upstream, type AttemptOutcome, type RoutedUpstream } from './upstream.j
 
 export type { Attempt, ForwardOutcome };
 
-/** Who makes a call: filter ids are bound to the API key; a traced request's attempts become spans of its trace. */
+/**
+ * Who makes a call: filter ids are bound to the API key; a traced request's attempts become spans
+ * of its trace; with `spend`, what its attempts cost at priced upstreams is added there.
+ */
 export interface Caller {
   keyId: string;
   trace?: RequestTrace | undefined;
+  spend?: ProviderSpend | undefined;
 }
 
 export interface ForwarderObserver {
@@ -66,6 +70,8 @@ export interface ForwarderObserver {
 export interface Forwarder {
   readonly upstreams: readonly Upstream[];
   readonly selector: Selector;
+  /** True when some upstream has a `price`: calls then carry a {@link ProviderSpend}. */
+  readonly priced: boolean;
   forward(call: PreparedCall, deadline: number, caller?: Caller): Promise<ForwardOutcome>;
   /** The criteria of a log filter this process created for the caller (filter-calls.ts), or undefined. */
   filterCriteria(caller: Caller, filterId: unknown): unknown;
@@ -169,7 +175,15 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     const outcome = await next(upstream, execution, signal);
     observe.attempt?.(network.id, upstream.id, outcome);
     const price = prices.get(upstream.id);
-    if (price !== undefined && reachedUpstream(outcome)) observe.upstreamSpend?.(network.id, upstream.id, execution.method, price.unitsOf(execution.method), price.usdPerMillion);
+    if (price !== undefined && reachedUpstream(outcome)) {
+      const units = price.unitsOf(execution.method);
+      observe.upstreamSpend?.(network.id, upstream.id, execution.method, units, price.usdPerMillion);
+      const spend = execution.spend;
+      if (spend !== undefined) {
+        spend.units += units;
+        if (price.usdPerMillion !== undefined) spend.usd += usdOf(units, price.usdPerMillion);
+      }
+    }
     return outcome;
   };
   const attempt = chain<AttemptFn>(
@@ -203,7 +217,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     attempt,
     clock,
     candidatesFor: (prepared: PreparedCall) => servingOnly(selector.order(prepared.method), prepared.servedBy),
-    executionFor: (prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[], trace?: RequestTrace) => createExecution(prepared, deadline, candidates, byId, archive, trace),
+    executionFor: (prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[], trace?: RequestTrace, spend?: ProviderSpend) => createExecution(prepared, deadline, candidates, byId, archive, trace, spend),
   };
   const filters = createFilterCalls(statefulDeps, options.filterIds ?? (processFilterIds ??= createFilterIds(randomBytes(32).toString('hex'))));
   const transactions = createTransactionCalls(statefulDeps);
@@ -241,6 +255,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
   return {
     upstreams,
     selector,
+    priced: prices.size > 0,
     hasHealthyUpstream: () => upstreams.some((upstream) => upstream.health.isHealthy()),
     probeAll: () => prober?.probeAll() ?? Promise.resolve(),
     filterCriteria: (caller, filterId) => filters.criteriaOf(caller.keyId, filterId),
@@ -262,13 +277,13 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
       await Promise.all(upstreams.map((upstream) => upstream.close()));
     },
     async forward(prepared, deadline, caller = INTERNAL_CALLER) {
-      const routed = filters.route(prepared, deadline, caller) ?? transactions.route(prepared, deadline, caller.trace);
+      const routed = filters.route(prepared, deadline, caller) ?? transactions.route(prepared, deadline, caller.trace, caller.spend);
       if (routed !== undefined) return routed;
       const candidates = archive.keeping(servingOnly(selector.order(prepared.method), prepared.servedBy), prepared.method, paramsOf(prepared), reportSkip);
       if (candidates.length === 0) {
         return failed('TG_ERR_NO_HEALTHY_UPSTREAM', servingOnly(upstreams, prepared.servedBy).map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
       }
-      const execution = createExecution(prepared, deadline, candidates, byId, archive, caller.trace);
+      const execution = createExecution(prepared, deadline, candidates, byId, archive, caller.trace, caller.spend);
       const outcome = await call(execution, new AbortController().signal);
       return (outcome.kind === 'failed' ? prunedEverywhere(execution) : undefined) ?? forwardOutcomeOf(outcome, execution, candidates, clock.now());
     },
@@ -317,20 +332,31 @@ function createExecution(
   byId: ReadonlyMap<string, Upstream>,
   archive: ArchiveDepth,
   trace: RequestTrace | undefined,
+  spend?: ProviderSpend,
 ): Execution {
   let next = 0;
   const all = servingOnly([...byId.values()], prepared.servedBy);
+  // Upstreams skipped for want of rate-limit budget come back after the others (policies/budget.ts).
+  const deferred: RoutedUpstream[] = [];
+  const everDeferred = new Set<RoutedUpstream>();
   return {
     method: prepared.method,
     trace,
+    spend,
     attemptsStarted: 0,
     deadline,
     attempts: [],
     running: new Set(),
     check: resultCheckOf(prepared),
     paramsFor: (upstream) => upstreamParams(prepared, byId.get(upstream.id)!.config),
-    takeCandidate: () => candidates[next++],
-    peekCandidate: () => candidates[next],
+    takeCandidate: () => (next < candidates.length ? candidates[next++] : deferred.shift()),
+    peekCandidate: () => (next < candidates.length ? candidates[next] : deferred[0]),
+    defer(upstream) {
+      if (everDeferred.has(upstream)) return false;
+      everDeferred.add(upstream);
+      deferred.push(upstream);
+      return true;
+    },
     // Confirmations, like candidates, leave out upstreams that do not keep state at the call's block.
     othersThan: (upstreamId) => archive.keeping(all, prepared.method, paramsOf(prepared)).filter((upstream) => upstream.id !== upstreamId && upstream.health.isAvailable()),
     passedOverErrors: [],

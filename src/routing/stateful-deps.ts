@@ -3,6 +3,7 @@ import type { PreparedCall } from '../methods/registry.js';
 import type { Clock } from './clock.js';
 import type { RequestTrace } from './call-trace.js';
 import type { AttemptFn, Execution, RoutedUpstream } from './policies/types.js';
+import type { ProviderSpend } from './upstream-price.js';
 import type { Upstream } from './upstream.js';
 
 /**
@@ -18,6 +19,9 @@ export interface StatefulRouteDeps {
   clock: Clock;
   /** The upstreams to try for `prepared`, best first: the selector's order without those that do not serve its method. */
   candidatesFor(prepared: PreparedCall): readonly RoutedUpstream[];
-  /** A fresh execution of `prepared` over `candidates`, in that order (its attempts spans of `trace`, when traced). */
-  executionFor(prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[], trace?: RequestTrace): Execution;
+  /**
+   * A fresh execution of `prepared` over `candidates`, in that order (its attempts spans of
+   * `trace`, when traced; their provider units added to `spend`, when given).
+   */
+  executionFor(prepared: PreparedCall, deadline: number, candidates: RoutedUpstream[], trace?: RequestTrace, spend?: ProviderSpend): Execution;
 }

@@ -2,6 +2,7 @@ import { keccak_256 } from '@noble/hashes/sha3.js';
 import type { JsonRpcErrorObject } from '../errors.js';
 import { upstreamParams, type PreparedCall } from '../methods/registry.js';
 import type { RequestTrace } from './call-trace.js';
+import type { ProviderSpend } from './upstream-price.js';
 import { failed, forwardOutcomeOf, type ForwardOutcome } from './call-outcome.js';
 import { attemptEachCandidate, attemptOf, FAILED, isListedFailure, isNullResult, type Attempt, type Execution, type RoutedUpstream } from './policies/types.js';
 import type { StatefulRouteDeps } from './stateful-deps.js';
@@ -59,7 +60,7 @@ export function transactionHashOf(params: unknown): string | undefined {
 
 export interface TransactionCalls {
   /** The outcome of a transaction send, or undefined for any other method. */
-  route(prepared: PreparedCall, deadline: number, trace?: RequestTrace): Promise<ForwardOutcome> | undefined;
+  route(prepared: PreparedCall, deadline: number, trace?: RequestTrace, spend?: ProviderSpend): Promise<ForwardOutcome> | undefined;
 }
 
 export function createTransactionCalls(deps: StatefulRouteDeps): TransactionCalls {
@@ -151,13 +152,13 @@ export function createTransactionCalls(deps: StatefulRouteDeps): TransactionCall
   }
 
   return {
-    route(prepared, deadline, trace) {
+    route(prepared, deadline, trace, spend) {
       if (prepared.method !== SEND_RAW_TRANSACTION) return undefined;
       const candidates = [...deps.candidatesFor(prepared)];
       if (candidates.length === 0) {
         return Promise.resolve(failed('TG_ERR_NO_HEALTHY_UPSTREAM', upstreams.map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' }))));
       }
-      const execution = deps.executionFor(prepared, deadline, candidates, trace);
+      const execution = deps.executionFor(prepared, deadline, candidates, trace, spend);
       const hash = transactionHashOf(upstreamParams(prepared, upstreams[0]!.config));
       return deps.network.broadcast ? toEveryone(execution, candidates, hash) : oneAfterAnother(execution, candidates, hash);
     },

@@ -102,12 +102,18 @@ export class UpstreamBudget {
     return 0;
   }
 
-  /** The provider said "rate limited": cut the limit now (once per window). */
+  /**
+   * The provider said "rate limited": cut the limit now (once per window), unless this process
+   * sent it less than half its limit in the last second. Then the answer is not about our rate
+   * (the provider is overloaded, or its circuit here is open and only trials get through), and
+   * cutting from a trickle would leave the limit at a few calls a second once it recovers.
+   */
   rateLimited(): void {
     const now = this.clock.now();
     if (now - this.cutAt < BUDGET_WINDOW_MS) return;
     const current = this.limit() ?? Number.POSITIVE_INFINITY;
     const sentLastSecond = this.countInWindow(now);
+    if (Number.isFinite(current) && sentLastSecond < current / 2) return;
     this.learned = Math.max(1, Math.floor(Math.min(current, sentLastSecond) * CUT_TO));
     this.cutAt = now;
   }

@@ -28,3 +28,14 @@ export function upstreamPriceOf(price: UpstreamConfig['price']): UpstreamPrice |
 export function usdOf(units: number, usdPerMillion: number): number {
   return (units * usdPerMillion) / 1_000_000;
 }
+
+/**
+ * What one client call cost at the providers, filled in as its attempts are made: the units (and
+ * money) of every attempt that reached a priced upstream, and the units an answer from the cache
+ * saved. Recorded against the caller's team, key, network and method (docs/budgets.md).
+ */
+export interface ProviderSpend {
+  units: number;
+  usd: number;
+  savedUnits: number;
+}

@@ -59,6 +59,13 @@ export interface CachedCalls {
   logsStep(step: PreparedCall, network: NetworkRuntime, deadline: number, caller: Caller, readCache: boolean, onPlanned?: () => void): Promise<StepOutcome>;
 }
 
+/** Adds what a cache answer saved to the caller's provider spend (networks with priced upstreams only). */
+export function addSaved(caller: Caller, network: NetworkRuntime, method: string): void {
+  if (caller.spend === undefined) return;
+  const saved = network.forwarder.savedBy(method);
+  if (saved !== undefined) caller.spend.savedUnits += saved.units;
+}
+
 export function createCachedCalls(deps: CachedCallsDeps): CachedCalls {
   const { cache, now } = deps;
   const callFlights = createSingleFlight<Answer>(now);
@@ -96,6 +103,7 @@ export function createCachedCalls(deps: CachedCallsDeps): CachedCalls {
       });
       if ('hit' in outcome) {
         deps.onUpstreamCallSaved?.(network.config.id, plan.method, outcome.tier);
+        addSaved(caller, network, plan.method);
         return { kind: 'cached', bytes: outcome.hit, attempts: [] };
       }
       const { answer, bytes } = outcome.fetched;
@@ -112,7 +120,10 @@ export function createCachedCalls(deps: CachedCallsDeps): CachedCalls {
       deadline,
       timedOutAnswer,
     );
-    if (!led && answer.kind !== 'failed') deps.onUpstreamCallSaved?.(network.config.id, plan.method, 'coalesced');
+    if (!led && answer.kind !== 'failed') {
+      deps.onUpstreamCallSaved?.(network.config.id, plan.method, 'coalesced');
+      addSaved(caller, network, plan.method);
+    }
     return answer;
   }
 
@@ -136,6 +147,7 @@ export function createCachedCalls(deps: CachedCallsDeps): CachedCalls {
     });
     if ('hit' in outcome) {
       deps.onUpstreamCallSaved?.(network.config.id, plan.method, outcome.tier);
+      addSaved(caller, network, plan.method);
       return { kind: 'cached', resultBytes: outcome.hit, attempts: [] };
     }
     const { answer, bytes } = outcome.fetched;

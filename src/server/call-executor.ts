@@ -4,9 +4,10 @@ import type { PreparedCall } from '../methods/registry.js';
 import { dehydrateBlock } from '../cache/block-cache.js';
 import type { CachePlan, CacheTier, ResponseCache } from '../cache/response-cache.js';
 import { createSingleFlight } from '../cache/single-flight.js';
-import { createCachedCalls, finalizedOf, serialised, timedOutAnswer, type Answer } from './cached-calls.js';
+import { addSaved, createCachedCalls, finalizedOf, serialised, timedOutAnswer, type Answer } from './cached-calls.js';
 import type { Meter } from '../metering/meter.js';
 import { nextUtcMidnight, utcDay } from '../metering/meter.js';
+import type { ProviderSpend } from '../routing/upstream-price.js';
 import type { ChargeSubject, KeyWithTeam, LedgerRefusal, LedgerResult } from '../store/index.js';
 import type { RequestContext } from './context.js';
 import type { NetworkRuntime } from './network-runtime.js';
@@ -71,6 +72,8 @@ export interface CallExecutorDeps {
   onLogsCall?: (network: string, method: string, upstreamCalls: number) => void;
   /** An upstream call a call did not need: answered from a tier, or shared with an identical call in flight. */
   onUpstreamCallSaved?: (network: string, method: string, reason: CacheTier | 'coalesced') => void;
+  /** What a call cost at the providers (networks with priced upstreams only), for its team's usage. */
+  onProviderSpend?: (subject: ChargeSubject, spend: ProviderSpend) => void;
 }
 
 /** A bug met while handling one call: that call's `-32603`, with the error kept as the cause for the log. */
@@ -142,6 +145,12 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     }
   }
 
+  /** A cache answer's saving, for the caller's usage (networks with priced upstreams only). */
+  function recordSaved(network: NetworkRuntime, method: string, subject: ChargeSubject): void {
+    const saved = network.forwarder.priced ? network.forwarder.savedBy(method) : undefined;
+    if (saved !== undefined) deps.onProviderSpend?.(subject, { units: 0, usd: 0, savedUnits: saved.units });
+  }
+
   const storeUnavailable = (id: IdText): Reply => errorReply(id, new GatewayError('TG_ERR_STORE_UNAVAILABLE'));
   const none = (reply: Reply): PendingReply => ({ ledger: 'none', reply });
 
@@ -161,6 +170,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
         if (shared !== undefined) {
           cache.blocks.set(network.config.id, hash, call.fetchHydrated, shared);
           deps.onUpstreamCallSaved?.(network.config.id, call.method, 'shared');
+          addSaved(caller, network, call.method);
           return { kind: 'cached', bytes: shared, attempts: [] };
         }
         // The leader's trace gets the attempts: a follower's request waited on them.
@@ -234,6 +244,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
         ctx.cache = cached === undefined ? 'miss' : 'hit';
         if (cached !== undefined) {
           deps.onUpstreamCallSaved?.(network.config.id, call.method, 'memory');
+          recordSaved(network, call.method, subject);
           return { ledger: 'charge', reply: { id: item.id, result: cached }, subject };
         }
       }
@@ -246,6 +257,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
         if (cached !== undefined) {
           ctx.cache = 'hit';
           deps.onUpstreamCallSaved?.(network.config.id, call.method, 'memory');
+          recordSaved(network, call.method, subject);
           return { ledger: 'charge', reply: { id: item.id, result: cached }, subject };
         }
         ctx.cache = ctx.skipCacheRead ? 'bypass' : 'miss';
@@ -286,14 +298,18 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
       return none(errorReply(item.id, refusal(reserved, subject, now())));
     }
     let outcome: Answer;
+    // What the attempts cost at priced upstreams, recorded however the call ends (providers bill failed attempts too).
+    const spend = network.forwarder.priced ? { units: 0, usd: 0, savedUnits: 0 } : undefined;
     try {
       const isLogs = call.kind === 'logs' || call.method === 'eth_getFilterLogs';
-      const caller: Caller = { keyId: subject.keyId, trace: ctx.trace };
+      const caller: Caller = { keyId: subject.keyId, trace: ctx.trace, spend };
       outcome = isLogs ? await forwardLogs(call, network, deadline, caller, ctx) : await forward(call, network, deadline, caller, plan, !ctx.skipCacheRead);
     } catch (error) {
       // A bug on the way upstream (params no serialiser can take, say): this call alone fails, its credits go back.
       if (reserved !== undefined) await refund(reservationId, subject, ctx);
       return none(errorReply(item.id, internalError(error)));
+    } finally {
+      if (spend !== undefined) deps.onProviderSpend?.(subject, spend);
     }
     ctx.attempts.push(...outcome.attempts);
     if (outcome.kind === 'failed') {

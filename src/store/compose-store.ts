@@ -1,5 +1,5 @@
 import { dayRange } from './day-range.js';
-import type { AlertStore, KeyDirectory, Ledger, RequestLog, SharedSecrets, Store, StoreSnapshot, TeamTokens, UpstreamPermits, UsageReports } from './types.js';
+import type { AlertStore, KeyDirectory, Ledger, ProviderSpendLog, RequestLog, SharedSecrets, Store, StoreSnapshot, TeamTokens, UpstreamPermits, UsageReports } from './types.js';
 
 /** What a driver builds; {@link composeStore} makes the one {@link Store} of them. */
 export interface StoreParts {
@@ -15,6 +15,8 @@ export interface StoreParts {
   portal: TeamTokens & AlertStore;
   /** The request explorer's bounded log (not part of a snapshot: it is a recent view, not a record). */
   requests: RequestLog;
+  /** Provider spend beside the usage rows (read back by `usage`). */
+  providerSpend: ProviderSpendLog;
   /** Rate-limit windows shared by every replica; drivers without them leave each process to count alone. */
   upstreamPermits?: UpstreamPermits;
   /** Every team token with its hash, for a snapshot. */
@@ -36,6 +38,7 @@ export function composeStore(parts: StoreParts): Store {
     hourlyUsage: parts.hourlyUsage,
     appendRequests: parts.requests.appendRequests,
     recentRequests: parts.requests.recentRequests,
+    addProviderSpend: parts.providerSpend.addProviderSpend,
     ...(parts.upstreamPermits === undefined ? {} : { takeUpstreamPermit: parts.upstreamPermits.takeUpstreamPermit }),
     applyLedger: ledger.applyLedger,
     recoverReservations: ledger.recoverReservations,

@@ -32,6 +32,8 @@ export interface RedisKeyspace {
   usageCredits(teamId: string, day: string): string;
   /** Hash `<keyId>\t<network>\t<method>` -> requests charged. */
   usageRequests(teamId: string, day: string): string;
+  /** Hash `u|d|s\t<keyId>\t<network>\t<method>` -> provider units, money, saved units. */
+  providerSpend(teamId: string, day: string): string;
   /** Hash `c\t<keyId>\t<hour>` -> credits, `r\t<keyId>\t<hour>` -> requests. */
   usageHours(teamId: string, day: string): string;
   teamAlerts(teamId: string): string;
@@ -79,6 +81,7 @@ export function createRedisKeyspace(prefix: string, clustered: boolean): RedisKe
       usageCredits: (teamId, day) => `${p}usage:c:${teamId}:${day}`,
       usageRequests: (teamId, day) => `${p}usage:r:${teamId}:${day}`,
       usageHours: (teamId, day) => `${p}usage:h:${teamId}:${day}`,
+      providerSpend: (teamId, day) => `${p}usage:s:${teamId}:${day}`,
       teamAlerts: (teamId) => `${p}team-alerts:${teamId}`,
       requests: (teamId) => `${p}requests:${teamId}`,
       team: (id) => `${p}team:${id}`,
@@ -117,6 +120,7 @@ export function createRedisKeyspace(prefix: string, clustered: boolean): RedisKe
     usageCredits: (teamId, day) => `${t(teamId)}usage:c:${day}`,
     usageRequests: (teamId, day) => `${t(teamId)}usage:r:${day}`,
     usageHours: (teamId, day) => `${t(teamId)}usage:h:${day}`,
+    providerSpend: (teamId, day) => `${t(teamId)}usage:s:${day}`,
     teamAlerts: (teamId) => `${t(teamId)}alerts`,
     requests: (teamId) => `${t(teamId)}requests`,
     team: (id) => `${d}team:${id}`,

@@ -4,6 +4,7 @@ import { createRedisConnection, type RedisConnection } from './redis-client.js';
 import { createRedisKeyDirectory } from './redis-key-directory.js';
 import { createRedisKeyspace } from './redis-keyspace.js';
 import { createRedisLedger } from './redis-ledger.js';
+import { withProviderSpend } from './provider-spend.js';
 import { createRedisRequestLog } from './redis-request-log.js';
 import { createRedisUpstreamPermits } from './redis-upstream-permits.js';
 import { createRedisTeamTokens } from './redis-team-tokens.js';
@@ -89,14 +90,8 @@ async function storeOn(connection: RedisConnection, options: RedisStoreOptions):
         : query.keyId !== undefined
           ? [(await directory.findKey(query.keyId))?.teamId].filter((id): id is string => id !== undefined)
           : await directory.teamIds();
-    const rows = await usageStore.usageOf(teamIds, query);
-    // Field by field in code-unit order, as SQLite's ORDER BY (localeCompare ignores the \u0000
-    // separators and folds case, so 'eth-sepolia' sorted before 'eth').
-    const fields = ['day', 'teamId', 'keyId', 'network', 'method'] as const;
-    return rows.sort((a, b) => {
-      for (const field of fields) if (a[field] !== b[field]) return a[field] < b[field] ? -1 : 1;
-      return 0;
-    });
+    const [charged, spend] = await Promise.all([usageStore.usageOf(teamIds, query), usageStore.spendOf(teamIds, query)]);
+    return withProviderSpend(charged, spend);
   }
 
   return composeStore({
@@ -118,6 +113,7 @@ async function storeOn(connection: RedisConnection, options: RedisStoreOptions):
     },
     hourlyUsage: usageStore.hourlyUsage,
     requests: createRedisRequestLog(redis, keys),
+    providerSpend: { addProviderSpend: usageStore.addProviderSpend },
     upstreamPermits: createRedisUpstreamPermits(redis, keys),
     portal,
     async teamTokensWithHashes() {

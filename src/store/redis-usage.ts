@@ -1,7 +1,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import { dayRange } from './day-range.js';
 import type { RedisKeyspace } from './redis-keyspace.js';
-import type { HourlyUsageQuery, HourlyUsageRow, UsageQuery, UsageRow } from './types.js';
+import type { HourlyUsageQuery, HourlyUsageRow, ProviderSpendRow, UsageQuery, UsageRow } from './types.js';
 
 /**
  * The Redis store's usage: reads of the usage hashes the ledger writes (redis-ledger.ts), and
@@ -17,7 +17,14 @@ export interface RedisUsage {
   importUsage(rows: readonly UsageRow[]): Promise<void>;
   /** Adds hourly usage rows, one MULTI per team. */
   importHourlyUsage(rows: readonly HourlyUsageRow[]): Promise<void>;
+  /** Provider spend of the given teams, day by day, unordered. */
+  spendOf(teamIds: readonly string[], query: UsageQuery): Promise<ProviderSpendRow[]>;
+  /** Adds provider spend rows, one MULTI per team. */
+  addProviderSpend(rows: readonly ProviderSpendRow[]): Promise<void>;
 }
+
+/** The field kinds of a team-day's provider spend hash. */
+const SPEND_FIELDS = { u: 'units', d: 'usd', s: 'savedUnits' } as const;
 
 export const usageField = (row: { keyId: string; network: string; method: string }): string => `${row.keyId}\t${row.network}\t${row.method}`;
 
@@ -51,6 +58,40 @@ export function createRedisUsage(redis: Redis | Cluster, keys: RedisKeyspace, re
       }
       await Promise.all(reads);
       return rows;
+    },
+    async spendOf(teamIds, query) {
+      const rows = new Map<string, ProviderSpendRow>();
+      await Promise.all(
+        dayRange(query.fromDay, query.toDay).flatMap((day) =>
+          teamIds.map(async (teamId) => {
+            for (const [field, value] of Object.entries(await redis.hgetall(keys.providerSpend(teamId, day)))) {
+              const [kind, keyId, network, method] = field.split('\t') as [keyof typeof SPEND_FIELDS, string, string, string];
+              if (query.keyId !== undefined && keyId !== query.keyId) continue;
+              const id = `${day}\t${teamId}\t${keyId}\t${network}\t${method}`;
+              let row = rows.get(id);
+              if (row === undefined) rows.set(id, (row = { day, teamId, keyId, network, method, units: 0, usd: 0, savedUnits: 0 }));
+              row[SPEND_FIELDS[kind]] = Number(value);
+            }
+          }),
+        ),
+      );
+      return [...rows.values()];
+    },
+    async addProviderSpend(rows) {
+      await Promise.all(
+        [...byTeam(rows)].map(([teamId, teamRows]) => {
+          const multi = redis.multi();
+          for (const row of teamRows) {
+            const key = keys.providerSpend(teamId, row.day);
+            const field = usageField(row);
+            if (row.units !== 0) multi.hincrbyfloat(key, `u\t${field}`, row.units);
+            if (row.usd !== 0) multi.hincrbyfloat(key, `d\t${field}`, row.usd);
+            if (row.savedUnits !== 0) multi.hincrbyfloat(key, `s\t${field}`, row.savedUnits);
+            multi.expire(key, retentionSeconds(row.day));
+          }
+          return multi.exec();
+        }),
+      );
     },
     async hourlyUsage(query) {
       const hash = await redis.hgetall(keys.usageHours(query.teamId, query.day));

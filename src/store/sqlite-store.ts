@@ -7,7 +7,8 @@ import { createSqliteKeyDirectory } from './sqlite-key-directory.js';
 import { createSqliteLedger } from './sqlite-ledger.js';
 import { createSqliteRequestLog } from './sqlite-request-log.js';
 import { createSqliteTeamTokens } from './sqlite-team-tokens.js';
-import type { Store, StoreSnapshot, UsageQuery, UsageRow } from './types.js';
+import { withProviderSpend } from './provider-spend.js';
+import type { ProviderSpendRow, Store, StoreSnapshot, UsageQuery, UsageRow } from './types.js';
 
 /**
  * The embedded store: one SQLite file in WAL mode, for one gateway process or several on one
@@ -72,6 +73,19 @@ CREATE TABLE IF NOT EXISTS usage (
   PRIMARY KEY (team_id, day, key_id, network, method)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS usage_key ON usage(key_id, day);
+-- What the calls cost at the providers (docs/budgets.md), beside usage: units and money of the
+-- attempts that reached priced upstreams, and the units the cache saved.
+CREATE TABLE IF NOT EXISTS provider_spend (
+  team_id TEXT NOT NULL,
+  key_id TEXT NOT NULL,
+  day TEXT NOT NULL,
+  network TEXT NOT NULL,
+  method TEXT NOT NULL,
+  units REAL NOT NULL,
+  usd REAL NOT NULL,
+  saved_units REAL NOT NULL,
+  PRIMARY KEY (team_id, day, key_id, network, method)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS usage_hours (
   team_id TEXT NOT NULL,
   day TEXT NOT NULL,
@@ -147,6 +161,17 @@ function addMissingColumns(db: Database.Database): void {
   }
 }
 
+interface SpendDbRow {
+  day: string;
+  team_id: string;
+  key_id: string;
+  network: string;
+  method: string;
+  units: number;
+  usd: number;
+  saved_units: number;
+}
+
 interface UsageDbRow {
   day: string;
   team_id: string;
@@ -216,16 +241,30 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
          WHERE ${conditions.join(' AND ')} ORDER BY day, team_id, key_id, network, method`,
       )
       .all(...params);
-    return rows.map((row) => ({
-      day: row.day,
-      teamId: row.team_id,
-      keyId: row.key_id,
-      network: row.network,
-      method: row.method,
-      credits: row.credits,
-      requests: row.requests,
-    }));
+    const spend = db
+      .prepare<string[], SpendDbRow>(`SELECT day, team_id, key_id, network, method, units, usd, saved_units FROM provider_spend WHERE ${conditions.join(' AND ')}`)
+      .all(...params);
+    return withProviderSpend(
+      rows.map((row) => ({
+        day: row.day,
+        teamId: row.team_id,
+        keyId: row.key_id,
+        network: row.network,
+        method: row.method,
+        credits: row.credits,
+        requests: row.requests,
+      })),
+      spend.map((row) => ({ day: row.day, teamId: row.team_id, keyId: row.key_id, network: row.network, method: row.method, units: row.units, usd: row.usd, savedUnits: row.saved_units })),
+    );
   }
+
+  const addSpend = db.prepare<[string, string, string, string, string, number, number, number]>(
+    `INSERT INTO provider_spend (team_id, key_id, day, network, method, units, usd, saved_units) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+     ON CONFLICT DO UPDATE SET units = units + excluded.units, usd = usd + excluded.usd, saved_units = saved_units + excluded.saved_units`,
+  );
+  const addSpendRows = db.transaction((rows: readonly ProviderSpendRow[]) => {
+    for (const row of rows) addSpend.run(row.teamId, row.keyId, row.day, row.network, row.method, row.units, row.usd, row.savedUnits);
+  });
 
   const storeSecret = db.prepare<[string, string]>('INSERT OR IGNORE INTO shared_secrets (name, value) VALUES (?, ?)');
   const readSecret = db.prepare<[string], { value: string }>('SELECT value FROM shared_secrets WHERE name = ?');
@@ -246,6 +285,11 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
     },
     portal,
     requests: createSqliteRequestLog(db),
+    providerSpend: {
+      async addProviderSpend(rows) {
+        addSpendRows(rows);
+      },
+    },
     async teamTokensWithHashes() {
       return db
         .prepare<[], { id: string; team_id: string; token_hash: string; label: string | null; created_at: number; revoked_at: number | null }>(

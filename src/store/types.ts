@@ -146,7 +146,7 @@ export interface UpstreamPermits {
   takeUpstreamPermit(scope: string, limit: number, windowMs: number, sliceMs: number, sliceLimit: number): Promise<number>;
 }
 
-export interface Store extends Ledger, KeyDirectory, UsageReports, Snapshots, SharedSecrets, TeamTokens, AlertStore, RequestLog, Partial<UpstreamPermits> {
+export interface Store extends Ledger, KeyDirectory, UsageReports, Snapshots, SharedSecrets, TeamTokens, AlertStore, RequestLog, ProviderSpendLog, Partial<UpstreamPermits> {
   /** Resolves if the store answers (readiness); rejects otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;
@@ -257,6 +257,34 @@ export interface UsageRow {
   credits: number;
   /** Requests charged (answered calls). */
   requests: number;
+  /**
+   * What these calls cost at the providers, where the network has priced upstreams (absent
+   * otherwise): units of every attempt that reached an upstream (failed and hedged ones too, as
+   * the provider bills them), their money where the price has it, and the units the cache saved.
+   * A row may hold spend without credits: calls that failed everywhere are not charged, but the
+   * providers still billed their attempts.
+   */
+  upstreamUnits?: number;
+  upstreamUsd?: number;
+  savedUnits?: number;
+}
+
+/** Provider spend to add to a day's usage (docs/budgets.md). */
+export interface ProviderSpendRow {
+  day: string;
+  teamId: string;
+  keyId: string;
+  network: string;
+  method: string;
+  units: number;
+  usd: number;
+  savedUnits: number;
+}
+
+/** Provider spend per team, key, network, method and day, beside the credits. */
+export interface ProviderSpendLog {
+  /** Adds each row's amounts to its day's totals. */
+  addProviderSpend(rows: readonly ProviderSpendRow[]): Promise<void>;
 }
 
 export interface TeamPatch {

@@ -15,7 +15,8 @@ export const WAIT_MARGIN_MS = 200;
 
 /**
  * Spends an upstream's request budget (upstream-budget.ts) on each attempt. Without a permit the
- * call moves on to its next candidate; on its last candidate it waits for a permit as long as
+ * call moves on to its next candidate, and this upstream is tried again after the others (once);
+ * on its last candidate it waits for a permit as long as
  * its deadline allows (leaving time for the attempt, {@link WAIT_MARGIN_MS}), and otherwise fails with {@link OVER_BUDGET} (listed, so the caller can
  * tell "every upstream is at its limit" from an outage). An answer that says "rate limited" cuts
  * the upstream's limit at once. The outermost attempt policy: an attempt that is never made
@@ -32,6 +33,8 @@ export function budgetPolicy(budgetOf: (upstreamId: string) => UpstreamBudget | 
       const margin = Math.max(WAIT_MARGIN_MS, 2 * (upstream.health.latencyQuantile(0.99) ?? 0));
       if (!lastCandidate || clock.now() + wait + margin >= execution.deadline || signal.aborted) {
         observe.overBudget?.(upstream.id);
+        // Others first; if they fail, this one again (then perhaps the last, and so waiting).
+        if (!lastCandidate) execution.defer?.(upstream);
         return { kind: 'failure', reason: OVER_BUDGET, timedOut: false, durationMs: 0 };
       }
       if (!(await waitFor(clock, wait, signal))) return { kind: 'failure', reason: 'cancelled', timedOut: false, durationMs: 0 };

@@ -1,5 +1,6 @@
 import type { JsonRpcErrorObject } from '../../errors.js';
 import type { RequestTrace } from '../call-trace.js';
+import type { ProviderSpend } from '../upstream-price.js';
 import type { AttemptOutcome, RoutedUpstream } from '../upstream.js';
 
 /**
@@ -44,12 +45,20 @@ export interface Execution {
   /** Takes the next upstream this call has not tried yet, best first. */
   takeCandidate(): RoutedUpstream | undefined;
   peekCandidate(): RoutedUpstream | undefined;
+  /**
+   * Puts an upstream back at the end of the candidates, once per call: one without rate-limit
+   * budget now is tried again after the others (waiting for a permit if it is then the last).
+   * False when it was deferred before (or the execution does not defer).
+   */
+  defer?(upstream: RoutedUpstream): boolean;
   /** Every other upstream of the network that is not refusing attempts (for confirmations). */
   othersThan(upstreamId: string): RoutedUpstream[];
   /** The request's trace when it is traced: each attempt becomes a span (policies/traced.ts). */
   readonly trace: RequestTrace | undefined;
   /** Attempts started so far, counted for the trace only. */
   attemptsStarted: number;
+  /** What the call cost at the providers so far, when its network has priced upstreams. */
+  readonly spend?: ProviderSpend | undefined;
   /** Extra headers of this attempt's upstream request (the trace's `traceparent`), if any. */
   readonly upstreamHeaders?: Readonly<Record<string, string>>;
   /**
