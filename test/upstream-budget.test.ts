@@ -9,7 +9,7 @@ import { budgetPolicy, isRateLimited, OVER_BUDGET } from '../src/routing/policie
 import { failoverPolicy } from '../src/routing/policies/failover.js';
 import { attemptEachCandidate, type AttemptFn, type Execution } from '../src/routing/policies/types.js';
 import { createSelector } from '../src/routing/selection.js';
-import { BUDGET_SLICE_MS, BUDGET_WINDOW_MS, UpstreamBudget } from '../src/routing/upstream-budget.js';
+import { BUDGET_COUNTED_MS, BUDGET_SLICE_MS, BUDGET_WINDOW_MS, UpstreamBudget } from '../src/routing/upstream-budget.js';
 import { upstreamPriceOf } from '../src/routing/upstream-price.js';
 import { UpstreamHealth } from '../src/routing/upstream-health.js';
 import { RATE_LIMITED, type AttemptOutcome, type RoutedUpstream } from '../src/routing/upstream.js';
@@ -62,12 +62,13 @@ describe('UpstreamBudget', () => {
     for (let slice = 0; slice < 5; slice += 1) {
       expect(await takeAll(budget)).toBe(4);
       // The slice is full; after the fifth, the window too (until the first four leave it).
-      expect(await budget.take()).toBe(slice < 4 ? BUDGET_SLICE_MS : BUDGET_WINDOW_MS - 4 * BUDGET_SLICE_MS);
+      expect(await budget.take()).toBe(slice < 4 ? BUDGET_SLICE_MS : BUDGET_COUNTED_MS - 4 * BUDGET_SLICE_MS);
       expect(budget.hasRoom()).toBe(slice < 4);
       await clock.advance(BUDGET_SLICE_MS);
     }
-    // 20 permits by start + 400: the window is full until the first four leave it, at start + 1000.
-    await clock.advance(start + BUDGET_WINDOW_MS - 1 - clock.now());
+    // 20 permits by start + 400: the window is full until the first four leave it, at start + 1100
+    // (counted over a second and the margin for delays on the way).
+    await clock.advance(start + BUDGET_COUNTED_MS - 1 - clock.now());
     expect(await budget.take()).toBe(1);
     await clock.advance(1);
     expect(budget.hasRoom()).toBe(true);
@@ -122,6 +123,29 @@ describe('UpstreamBudget', () => {
     expect(budget.limit()).toBeUndefined();
   });
 
+  it('serves callers that wait in line, in order, one permit at a time; one that cannot start in time, or aborts, leaves the line', async () => {
+    const clock = new ManualClock();
+    const start = clock.now();
+    const budget = new UpstreamBudget({ requestsPerSecond: 1, scope: 'eth/a' }, clock);
+    expect(await budget.take()).toBe(0);
+    const order: string[] = [];
+    const aborted = new AbortController();
+    const line = [
+      budget.waitForPermit(start + 5_000, new AbortController().signal).then((result) => order.push(`first ${result}`)),
+      budget.waitForPermit(start + 500, new AbortController().signal).then((result) => order.push(`short deadline ${result}`)),
+      budget.waitForPermit(start + 5_000, aborted.signal).then((result) => order.push(`aborted ${result}`)),
+      budget.waitForPermit(start + 5_000, new AbortController().signal).then((result) => order.push(`last ${result}`)),
+    ];
+    aborted.abort();
+    await clock.advance(500);
+    expect(order).toEqual(['aborted aborted', 'short deadline too-late']);
+    await clock.advance(BUDGET_COUNTED_MS - 500);
+    expect(order).toEqual(['aborted aborted', 'short deadline too-late', 'first taken']);
+    await clock.advance(BUDGET_COUNTED_MS);
+    await Promise.all(line);
+    expect(order).toEqual(['aborted aborted', 'short deadline too-late', 'first taken', 'last taken']);
+  });
+
   it('asks the shared window only when its own has room, and counts alone while the shared one is unreachable', async () => {
     const clock = new ManualClock();
     const asked: Array<[string, number, number, number, number]> = [];
@@ -150,7 +174,7 @@ describe('UpstreamBudget', () => {
     sharedDown = true;
     // The slice holds 6: one taken, five more while the shared window is unreachable, then its own window says no.
     expect(await takeAll(budget)).toBe(5);
-    expect(asked).toEqual(Array.from({ length: 7 }, () => ['eth/a', 30, BUDGET_WINDOW_MS, BUDGET_SLICE_MS, 6]));
+    expect(asked).toEqual(Array.from({ length: 7 }, () => ['eth/a', 30, BUDGET_COUNTED_MS, BUDGET_SLICE_MS, 6]));
     expect(errors).toHaveLength(5);
   });
 });
@@ -212,9 +236,9 @@ describe('the budget policy', () => {
     await settle();
     // a skipped (no permit), b failed, a again: now the last, it waits for its permit.
     expect(sent).toEqual([['b', start]]);
-    await clock.advance(BUDGET_WINDOW_MS);
+    await clock.advance(BUDGET_COUNTED_MS);
     expect(await answer).toMatchObject({ kind: 'result', upstream: 'a' });
-    expect(sent).toEqual([['b', start], ['a', start + BUDGET_WINDOW_MS]]);
+    expect(sent).toEqual([['b', start], ['a', start + BUDGET_COUNTED_MS]]);
     expect(execution.attempts).toEqual([{ upstream: 'a', reason: OVER_BUDGET }, { upstream: 'b', reason: 'http_500' }]);
   });
 
@@ -231,9 +255,9 @@ describe('the budget policy', () => {
     const waiting = call(executionOf([a], started + 5_000), new AbortController().signal);
     await settle();
     expect(sent).toEqual([started]);
-    await clock.advance(BUDGET_WINDOW_MS);
+    await clock.advance(BUDGET_COUNTED_MS);
     expect((await waiting).kind).toBe('result');
-    expect(sent).toEqual([started, started + BUDGET_WINDOW_MS]);
+    expect(sent).toEqual([started, started + BUDGET_COUNTED_MS]);
 
     const late = executionOf([a], clock.now() + 500);
     expect((await call(late, new AbortController().signal)).kind).toBe('failed');

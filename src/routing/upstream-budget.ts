@@ -4,7 +4,8 @@ import type { Clock } from './clock.js';
 /**
  * An upstream's request budget: at most `limit` calls in any one-second window (a sliding window,
  * not a token bucket: a provider that counts per second must never see more, whichever second it
- * looks at). The limit is the declared `rateLimit.requestsPerSecond`, lowered at once when the
+ * looks at), counted over a little more than a second so that delays on the way do not push
+ * calls into the provider's same second ({@link BUDGET_JITTER_MARGIN_MS}). The limit is the declared `rateLimit.requestsPerSecond`, lowered at once when the
  * provider says "rate limited" and recovering step by step (auto-tune, docs/budgets.md):
  *
  *   - on a rate-limited answer the limit becomes 90% of the calls this process sent it in the
@@ -22,6 +23,15 @@ import type { Clock } from './clock.js';
  */
 
 export const BUDGET_WINDOW_MS = 1_000;
+/**
+ * Permits are counted over a window this much longer than a second. A provider counts calls as
+ * they arrive, some time after their permits: calls whose delays on the way differ by up to this
+ * much still never exceed the limit in any second of arrivals. The price is a limit used to
+ * 1000 / 1100 ≈ 91% at most.
+ */
+export const BUDGET_JITTER_MARGIN_MS = 100;
+/** The window permits are counted over. */
+export const BUDGET_COUNTED_MS = BUDGET_WINDOW_MS + BUDGET_JITTER_MARGIN_MS;
 /**
  * Permits are also spread over the window: at most a fifth of the limit (rounded up) in any tenth
  * of it. A whole second's permits taken in one burst would reach the provider as one burst, and a
@@ -45,11 +55,18 @@ export interface BudgetOptions {
   onSharedError?: (error: unknown) => void;
 }
 
+interface Waiter {
+  latestStart: number;
+  done(result: 'taken' | 'too-late' | 'aborted'): void;
+}
+
 export class UpstreamBudget {
   /** Send times within the last window, oldest first, from `oldest`. */
   private sent: number[] = [];
   private oldest = 0;
   private learned: number | undefined;
+  private readonly waiters: Waiter[] = [];
+  private serving = false;
   private cutAt = Number.NEGATIVE_INFINITY;
 
   constructor(
@@ -86,13 +103,13 @@ export class UpstreamBudget {
       return 0;
     }
     const now = this.clock.now();
-    if (this.countInWindow(now) >= limit) return Math.max(1, this.sent[this.oldest]! + BUDGET_WINDOW_MS - now);
+    if (this.countInWindow(now) >= limit) return Math.max(1, this.sent[this.oldest]! + BUDGET_COUNTED_MS - now);
     const inSlice = this.countInSlice(now, sliceLimitOf(limit));
     if (inSlice !== undefined) return Math.max(1, inSlice + BUDGET_SLICE_MS - now);
     const { shared } = this.options;
     if (shared !== undefined) {
       try {
-        const wait = await shared.takeUpstreamPermit(this.options.scope, limit, BUDGET_WINDOW_MS, BUDGET_SLICE_MS, sliceLimitOf(limit));
+        const wait = await shared.takeUpstreamPermit(this.options.scope, limit, BUDGET_COUNTED_MS, BUDGET_SLICE_MS, sliceLimitOf(limit));
         if (wait > 0) return wait;
       } catch (error) {
         this.options.onSharedError?.(error);
@@ -100,6 +117,57 @@ export class UpstreamBudget {
     }
     this.record(this.clock.now());
     return 0;
+  }
+
+  /**
+   * Waits in line for a permit: callers that must wait are served one at a time, in order, by one
+   * timer, rather than all waking when a permit frees and all asking (the shared window too) at
+   * once. 'too-late' when no permit came by `latestStart` (clock ms), 'aborted' when `signal` did.
+   */
+  waitForPermit(latestStart: number, signal: AbortSignal): Promise<'taken' | 'too-late' | 'aborted'> {
+    if (signal.aborted) return Promise.resolve('aborted');
+    return new Promise((resolve) => {
+      const waiter: Waiter = {
+        latestStart,
+        done: (result) => {
+          signal.removeEventListener('abort', onAbort);
+          resolve(result);
+        },
+      };
+      const onAbort = () => {
+        const index = this.waiters.indexOf(waiter);
+        if (index >= 0) this.waiters.splice(index, 1);
+        waiter.done('aborted');
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.waiters.push(waiter);
+      if (!this.serving) void this.serveWaiters();
+    });
+  }
+
+  private async serveWaiters(): Promise<void> {
+    this.serving = true;
+    try {
+      while (this.waiters.length > 0) {
+        // Whoever can no longer start in time leaves the line, wherever it stands.
+        const now = this.clock.now();
+        for (const late of this.waiters.filter((waiter) => now >= waiter.latestStart)) {
+          this.waiters.splice(this.waiters.indexOf(late), 1);
+          late.done('too-late');
+        }
+        if (this.waiters.length === 0) break;
+        const wait = await this.take();
+        if (wait === 0) {
+          // The first in line may have left (aborted) while the permit was asked for: the next one takes it.
+          this.waiters.shift()?.done('taken');
+          continue;
+        }
+        const soonest = Math.min(...this.waiters.map((waiter) => waiter.latestStart));
+        await new Promise<void>((resolve) => this.clock.setTimer(Math.max(1, Math.min(wait, soonest - this.clock.now())), resolve));
+      }
+    } finally {
+      this.serving = false;
+    }
   }
 
   /**
@@ -137,7 +205,7 @@ export class UpstreamBudget {
 
   private countInWindow(now: number): number {
     const sent = this.sent;
-    while (this.oldest < sent.length && sent[this.oldest]! <= now - BUDGET_WINDOW_MS) this.oldest += 1;
+    while (this.oldest < sent.length && sent[this.oldest]! <= now - BUDGET_COUNTED_MS) this.oldest += 1;
     // Drop what has left the window once it is most of the array, so it does not grow.
     if (this.oldest > 1_024 && this.oldest * 2 > sent.length) {
       this.sent = sent.slice(this.oldest);

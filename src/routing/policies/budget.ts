@@ -26,18 +26,24 @@ export function budgetPolicy(budgetOf: (upstreamId: string) => UpstreamBudget | 
   return (next) => async (upstream, execution, signal) => {
     const budget = budgetOf(upstream.id);
     if (budget === undefined) return next(upstream, execution, signal);
-    for (;;) {
-      const wait = await budget.take();
-      if (wait === 0) break;
+    const wait = await budget.take();
+    if (wait > 0) {
       const lastCandidate = execution.peekCandidate() === undefined;
       const margin = Math.max(WAIT_MARGIN_MS, 2 * (upstream.health.latencyQuantile(0.99) ?? 0));
-      if (!lastCandidate || clock.now() + wait + margin >= execution.deadline || signal.aborted) {
+      const latestStart = execution.deadline - margin;
+      const overBudget = (): AttemptOutcome => {
         observe.overBudget?.(upstream.id);
-        // Others first; if they fail, this one again (then perhaps the last, and so waiting).
-        if (!lastCandidate) execution.defer?.(upstream);
         return { kind: 'failure', reason: OVER_BUDGET, timedOut: false, durationMs: 0 };
+      };
+      if (!lastCandidate) {
+        // Others first; if they fail, this one again (then perhaps the last, and so waiting).
+        execution.defer?.(upstream);
+        return overBudget();
       }
-      if (!(await waitFor(clock, wait, signal))) return { kind: 'failure', reason: 'cancelled', timedOut: false, durationMs: 0 };
+      if (clock.now() + wait >= latestStart) return overBudget();
+      const permit = await budget.waitForPermit(latestStart, signal);
+      if (permit === 'aborted') return { kind: 'failure', reason: 'cancelled', timedOut: false, durationMs: 0 };
+      if (permit === 'too-late') return overBudget();
     }
     const outcome = await next(upstream, execution, signal);
     if (isRateLimited(outcome)) budget.rateLimited();
@@ -47,19 +53,4 @@ export function budgetPolicy(budgetOf: (upstreamId: string) => UpstreamBudget | 
 
 export function isRateLimited(outcome: AttemptOutcome): boolean {
   return outcome.kind === 'failure' && (outcome.reason === RATE_LIMITED || outcome.reason === 'http_429');
-}
-
-/** Resolves true after `ms`, or false as soon as `signal` aborts. */
-function waitFor(clock: Clock, ms: number, signal: AbortSignal): Promise<boolean> {
-  return new Promise((resolve) => {
-    const onAbort = () => {
-      cancel();
-      resolve(false);
-    };
-    const cancel = clock.setTimer(ms, () => {
-      signal.removeEventListener('abort', onAbort);
-      resolve(true);
-    });
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
 }
