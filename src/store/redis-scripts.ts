@@ -201,10 +201,11 @@ if redis.call('ZCARD', KEYS[1]) >= limit then
   local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   return math.max(1, math.ceil((tonumber(oldest[2]) + window - now) / 1000))
 end
-local sliceLimit = tonumber(ARGV[4])
-local inSlice = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. (now - slice), '+inf', 'WITHSCORES', 'LIMIT', 0, sliceLimit)
-if #inSlice >= sliceLimit * 2 then
-  return math.max(1, math.ceil((tonumber(inSlice[2]) + slice - now) / 1000))
+local sliceStart = '(' .. (now - slice)
+if redis.call('ZCOUNT', KEYS[1], sliceStart, '+inf') >= tonumber(ARGV[4]) then
+  -- Only the oldest permit of the slice is read: the wait ends when it leaves the slice.
+  local oldestInSlice = redis.call('ZRANGEBYSCORE', KEYS[1], sliceStart, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  return math.max(1, math.ceil((tonumber(oldestInSlice[2]) + slice - now) / 1000))
 end
 redis.call('ZADD', KEYS[1], now, ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
