@@ -27,12 +27,11 @@ import { startRedis } from '../test/helpers/redis.js';
 import { cpuSeconds } from './proc-stats.js';
 import { redisCost, redisSnapshot, type RedisSnapshot } from './redis-cost.js';
 import { findWrk, measuredRound, pairRatios, prepareWrk, summariseRounds, type MeasuredRound } from './wrk.js';
-import { metricSum, runCli, startGateway, type GatewayChild } from './local-processes.js';
+import { gatewayMetrics, metricSum, runCli, startGateway, type GatewayChild } from './local-processes.js';
 
 export const BUDGETS_SCENARIO = 'upstream budgets: cache hit and forwarded call with rateLimit and price vs without; Redis commands per forwarded call';
 
 const CONNECTIONS = 50;
-const ADMIN_TOKEN = 'bench-admin-token-0123456789';
 /** Far above what one process serves here: the window is kept on every call and never full. */
 const REQUESTS_PER_SECOND = 1_000_000;
 const USD_PER_MILLION = 0.45;
@@ -92,8 +91,7 @@ function ratioOf(values: number[]): Row['ratio'] {
 
 /** Upstream attempts the gateway has made so far (every outcome), from its /metrics. */
 async function forwardedCalls(gateway: GatewayChild): Promise<number> {
-  const text = await (await fetch(`${gateway.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).text();
-  return metricSum(text, 'tollgate_upstream_requests_total');
+  return metricSum(await gatewayMetrics(gateway), 'tollgate_upstream_requests_total');
 }
 
 /** `after` less `before`, command by command (the CPU too). */
@@ -132,8 +130,6 @@ export async function runBudgets(options: { seconds: number; rotations: number; 
         dir: workDir,
         name,
         keyPath: `/eth/v3/${secret}`,
-        adminToken: ADMIN_TOKEN,
-        logLevel: 'info',
         config: {
           store,
           cache: { maxBytes: 256 * 1024 * 1024 },

@@ -47,18 +47,21 @@ function hasTaskset(): boolean {
   }
 }
 
+/** The admin token of the gateways {@link startGateway} starts. */
+const ADMIN_TOKEN = 'bench-admin-token-0123456789';
+
 export interface GatewayChild {
   child: ChildProcess;
   pid: number;
   /** The RPC URL of the key: origin + `keyPath`. */
   url: string;
-  /** `http://127.0.0.1:<admin port>`, where /metrics answers with the admin token. */
+  /** `http://127.0.0.1:<admin port>` */
   adminOrigin: string;
 }
 
 /**
  * `node dist/cli.js serve` with `config` plus its RPC and admin listeners on free ports, logging
- * (at `logLevel`) to `<dir>/<name>.log`, every thread pinned to {@link GATEWAY_CPU}; resolves
+ * (at `logLevel`, by default info) to `<dir>/<name>.log`, every thread pinned to {@link GATEWAY_CPU}; resolves
  * once `eth_chainId` at `keyPath` answers 200.
  */
 export async function startGateway(options: {
@@ -66,21 +69,20 @@ export async function startGateway(options: {
   name: string;
   config: Record<string, unknown>;
   keyPath: string;
-  adminToken: string;
-  logLevel: 'info' | 'warn';
+  logLevel?: 'info' | 'warn';
 }): Promise<GatewayChild> {
   const port = await freePort();
   const adminPort = await freePort();
   const configFile = join(options.dir, `${options.name}.yaml`);
   writeFileSync(
     configFile,
-    toYaml({ server: { host: '127.0.0.1', port }, admin: { host: '127.0.0.1', port: adminPort, token: options.adminToken }, ...options.config }),
+    toYaml({ server: { host: '127.0.0.1', port }, admin: { host: '127.0.0.1', port: adminPort, token: ADMIN_TOKEN }, ...options.config }),
   );
   const logFd = openSync(join(options.dir, `${options.name}.log`), 'a');
   const child = spawn(process.execPath, [CLI, 'serve', '--config', configFile], {
     cwd: ROOT,
     stdio: ['ignore', logFd, logFd],
-    env: { ...process.env, TOLLGATE_LOG_LEVEL: options.logLevel },
+    env: { ...process.env, TOLLGATE_LOG_LEVEL: options.logLevel ?? 'info' },
   });
   closeSync(logFd);
   const url = `http://127.0.0.1:${port}${options.keyPath}`;
@@ -99,6 +101,11 @@ export async function startGateway(options: {
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
   return { child, pid: child.pid!, url, adminOrigin: `http://127.0.0.1:${adminPort}` };
+}
+
+/** The gateway's /metrics text, from its admin listener. */
+export async function gatewayMetrics(gateway: GatewayChild): Promise<string> {
+  return (await fetch(`${gateway.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).text();
 }
 
 /** The sum of a labelled counter's series in a /metrics text. */

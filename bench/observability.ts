@@ -22,13 +22,12 @@ import { parseArgs } from 'node:util';
 import { seedAnvil, startAnvil } from '../src/devnet/anvil.js';
 import { cpuSeconds } from './proc-stats.js';
 import { findWrk, measuredRound, pairRatios, prepareWrk, summariseRounds, type MeasuredRound } from './wrk.js';
-import { metricSum, runCli, startGateway, type GatewayChild } from './local-processes.js';
+import { gatewayMetrics, metricSum, runCli, startGateway, type GatewayChild } from './local-processes.js';
 
 export const OBSERVABILITY_SCENARIO = 'traces and the request explorer: cache hit with each on vs off';
 
 const CONNECTIONS = 50;
 const SAMPLE_RATIO = 0.01;
-const ADMIN_TOKEN = 'bench-admin-token-0123456789';
 
 export interface ObservabilityResult {
   rows: Array<{ scenario: string; requestsPerSecond: number; p99: number; cpuUsPerRequest: number | undefined; ratio: number | undefined; errors: number }>;
@@ -101,8 +100,6 @@ export async function runObservability(options: { seconds: number; rotations: nu
         dir: workDir,
         name,
         keyPath: `/eth/v3/${secret}`,
-        adminToken: ADMIN_TOKEN,
-        logLevel: 'info',
         config: {
           store: { driver: 'sqlite', path: dbFile },
           cache: { maxBytes: 256 * 1024 * 1024 },
@@ -161,7 +158,7 @@ export async function runObservability(options: { seconds: number; rotations: nu
       if (rotation === options.rotations - 1) {
         // Everything the traced gateway has written and exported: wait for its last explorer batch (5 s) and export.
         await new Promise((resolve) => setTimeout(resolve, 6_000));
-        tracedMetrics = await (await fetch(`${started.get('traced')!.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).text();
+        tracedMetrics = await gatewayMetrics(started.get('traced')!);
       }
       for (const child of children.splice(0)) child.kill('SIGKILL');
     }
