@@ -13,34 +13,21 @@
 // Standalone:  npm run build && node --import tsx bench/observability.ts [--seconds 8] [--rotations 3]
 // From bench/run.ts: `npm run bench -- --only "traces and the request explorer"` runs this alone.
 
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { stringify as toYaml } from 'yaml';
 import { seedAnvil, startAnvil } from '../src/devnet/anvil.js';
 import { cpuSeconds } from './proc-stats.js';
 import { findWrk, measuredRound, pairRatios, prepareWrk, summariseRounds, type MeasuredRound } from './wrk.js';
-import { CLI, ROOT, freePort, runCli } from './local-processes.js';
+import { gatewayMetrics, metricSum, runCli, startGateway, type GatewayChild } from './local-processes.js';
 
 export const OBSERVABILITY_SCENARIO = 'traces and the request explorer: cache hit with each on vs off';
 
 const CONNECTIONS = 50;
 const SAMPLE_RATIO = 0.01;
-const ADMIN_TOKEN = 'bench-admin-token-0123456789';
-/** The core the gateways run on (`taskset`), when the machine has it and more than one core. */
-const PIN_CPU = cpus().length > 1 && hasTaskset() ? '0' : undefined;
-
-function hasTaskset(): boolean {
-  try {
-    execFileSync('taskset', ['-V'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 export interface ObservabilityResult {
   rows: Array<{ scenario: string; requestsPerSecond: number; p99: number; cpuUsPerRequest: number | undefined; ratio: number | undefined; errors: number }>;
@@ -108,37 +95,20 @@ export async function runObservability(options: { seconds: number; rotations: nu
     runCli(['teams', 'create', 'bench', '--daily-credits', '1000000000000', '--db', dbFile]);
     const secret = (JSON.parse(runCli(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { secret: string }).secret;
 
-    async function gateway(name: string, sections: Record<string, unknown>): Promise<{ url: string; pid: number; adminOrigin: string }> {
-      const port = await freePort();
-      const adminPort = await freePort();
-      const configFile = join(workDir, `${name}.yaml`);
-      writeFileSync(
-        configFile,
-        toYaml({
-          server: { host: '127.0.0.1', port },
-          admin: { host: '127.0.0.1', port: adminPort, token: ADMIN_TOKEN },
+    async function gateway(name: string, sections: Record<string, unknown>): Promise<GatewayChild> {
+      const started = await startGateway({
+        dir: workDir,
+        name,
+        keyPath: `/eth/v3/${secret}`,
+        config: {
           store: { driver: 'sqlite', path: dbFile },
           cache: { maxBytes: 256 * 1024 * 1024 },
           networks: [{ id: 'eth', kind: 'evm', chainId: 31337, baseUrls: ['*/eth'], upstreams: [{ id: 'anvil', url: anvil.url }] }],
           ...sections,
-        }),
-      );
-      const logFd = openSync(join(workDir, `${name}.log`), 'a');
-      const child = spawn(process.execPath, [CLI, 'serve', '--config', configFile], { cwd: ROOT, stdio: ['ignore', logFd, logFd], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'info' } });
-      closeSync(logFd);
-      children.push(child);
-      const url = `http://127.0.0.1:${port}/eth/v3/${secret}`;
-      // Every gateway on the same core, all its threads: on a small machine the scheduler otherwise
-      // places each process differently (beside wrk or not), and that difference outweighs what is
-      // measured. wrk and this process share the other cores.
-      if (PIN_CPU !== undefined) execFileSync('taskset', ['-a', '-c', '-p', PIN_CPU, String(child.pid)], { stdio: 'ignore' });
-      for (let tries = 0; ; tries += 1) {
-        const ready = await post(url, JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_chainId', params: [] })).catch(() => undefined);
-        if (ready?.status === 200) break;
-        if (tries > 200) throw new Error(`gateway ${name} not ready within 20 s`);
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
-      return { url, pid: child.pid!, adminOrigin: `http://127.0.0.1:${adminPort}` };
+        },
+      });
+      children.push(started.child);
+      return started;
     }
     const roles = [
       { key: 'plain', name: 'tracing off, explorer off (reference)', sections: { explorer: { enabled: false } } },
@@ -188,7 +158,7 @@ export async function runObservability(options: { seconds: number; rotations: nu
       if (rotation === options.rotations - 1) {
         // Everything the traced gateway has written and exported: wait for its last explorer batch (5 s) and export.
         await new Promise((resolve) => setTimeout(resolve, 6_000));
-        tracedMetrics = await (await fetch(`${started.get('traced')!.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).text();
+        tracedMetrics = await gatewayMetrics(started.get('traced')!);
       }
       for (const child of children.splice(0)) child.kill('SIGKILL');
     }
@@ -203,7 +173,7 @@ export async function runObservability(options: { seconds: number; rotations: nu
     const received = await receiver.counts();
     return {
       rows,
-      requests: sumMetric(metrics, 'tollgate_requests_total'),
+      requests: metricSum(metrics, 'tollgate_requests_total'),
       explorerWrites: metricValue(metrics, 'tollgate_explorer_writes_total'),
       explorerRecords: metricValue(metrics, 'tollgate_explorer_records_total'),
       spans: received.spans - spansBefore,
@@ -215,14 +185,6 @@ export async function runObservability(options: { seconds: number; rotations: nu
     await anvil.stop();
     rmSync(workDir, { recursive: true, force: true });
   }
-}
-
-/** The sum of a labelled counter's series. */
-function sumMetric(text: string, name: string): number {
-  return text
-    .split('\n')
-    .filter((line) => line.startsWith(`${name}{`))
-    .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
 }
 
 export function formatObservability(result: ObservabilityResult): string {

@@ -45,6 +45,7 @@ import { formatLogsSplit, LOGS_SPLIT_SCENARIO, runLogsSplit } from './logs-split
 import { CACHE_SCENARIO, formatCacheScenarios, runCacheScenarios } from './cache-scenarios.js';
 import { formatRedisClusterCost, REDIS_CLUSTER_SCENARIO, runRedisClusterCost } from './redis-cluster-cost.js';
 import { formatObservability, OBSERVABILITY_SCENARIO, runObservability } from './observability.js';
+import { BUDGETS_SCENARIO, formatBudgets, runBudgets } from './budgets.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI = join(ROOT, 'dist', 'cli.js');
@@ -973,6 +974,9 @@ async function main(): Promise<void> {
   if (flags.only !== undefined && CACHE_SCENARIO.includes(flags.only)) return void console.log(await cacheScenarios());
   const observability = () => runObservability({ seconds: flags.quick ? 3 : 8, rotations: flags.quick ? 1 : 3 }).then(formatObservability);
   if (flags.only !== undefined && OBSERVABILITY_SCENARIO.includes(flags.only)) return void console.log(await observability());
+  // rateLimit and price against none, and Redis commands per forwarded call (bench/budgets.ts): its own anvil, Redis and gateways.
+  const budgets = () => runBudgets({ seconds: flags.quick ? 3 : 8, rotations: flags.quick ? 1 : 3, warmUpSeconds: flags.quick ? 3 : 8 }).then(formatBudgets);
+  if (flags.only !== undefined && BUDGETS_SCENARIO.includes(flags.only)) return void console.log(await budgets());
   // Redis Cluster against one Redis (bench/redis-cluster-cost.ts) starts its own Redis and gateways, asked for alone.
   if (flags.only !== undefined && REDIS_CLUSTER_SCENARIO.includes(flags.only)) {
     const clusterOptions = { seconds: DURATION_S, connections: CONNECTIONS };
@@ -1205,6 +1209,7 @@ async function main(): Promise<void> {
   if (selected(LOGS_SPLIT_SCENARIO)) console.log(`\n${await logsSplit()}`);
   if (selected(CACHE_SCENARIO)) console.log(`\n${await cacheScenarios()}`);
   if (selected(OBSERVABILITY_SCENARIO)) console.log(`\n${await observability()}`);
+  if (selected(BUDGETS_SCENARIO)) console.log(`\n${await budgets()}`);
 
   if (flags.only !== undefined) {
     for (const [index, { rows }] of runs.entries()) {
