@@ -15,6 +15,7 @@ import { startReservationSweep } from './metering/reservation-sweep.js';
 import { createRequestRecorder } from './metrics/record.js';
 import { usdOf } from './routing/upstream-price.js';
 import { createProviderSpendRecorder } from './metering/provider-spend.js';
+import { createQuotaTracker, type QuotaSetting } from './routing/upstream-quotas.js';
 import { createFilterIds } from './routing/filter-ids.js';
 import { rankSubscriptionUpstreams } from './routing/subscription-upstreams.js';
 import { createMetrics, type GatewayMetrics } from './metrics/metrics.js';
@@ -135,14 +136,32 @@ async function buildResponseCache(ctx: StartContext): Promise<ResponseCache> {
   return cache;
 }
 
+/** Every upstream quota (`price.quota`) of a config. */
+function quotaSettingsOf(config: GatewayConfig): QuotaSetting[] {
+  return config.networks.flatMap((network) =>
+    network.upstreams.flatMap((upstream) => (upstream.price?.quota === undefined ? [] : [{ scope: `${network.id}/${upstream.id}`, ...upstream.price.quota }])),
+  );
+}
+
 /** The networks (upstream pools, health probes) behind a holder that reloads swap. */
 async function buildNetworks(ctx: StartContext, store: Store, cache: ResponseCache): Promise<{ networkSets: NetworkSetHolder; reloader: ConfigReloader }> {
   const { config, metrics } = ctx;
   // Filter ids are checked with one secret on every replica (docs/routing.md#filters).
   const filterIds = createFilterIds(config.filters.idSecret ?? (await store.sharedSecret(FILTER_ID_SECRET, randomBytes(32).toString('hex'))));
   const shouldLogPermitError = createThrottle(STORE_ERROR_LOG_INTERVAL_MS, ctx.now);
-  const build = (source: GatewayConfig): NetworkSet =>
-    buildNetworkSet(source, {
+  // Upstream quotas (`price.quota`), counted by every replica in the store (docs/budgets.md).
+  const quotas = createQuotaTracker(store, {
+    now: ctx.now,
+    syncIntervalMs: PROVIDER_SPEND_FLUSH_MS,
+    onError: (error) => {
+      metrics.storeErrors.inc();
+      if (shouldLogPermitError()) ctx.logger.warn({ err: error }, 'could not count upstream quotas in the store; the totals are kept for the next try');
+    },
+  });
+  ctx.disposers.defer('upstream quotas', () => quotas.close());
+  const build = (source: GatewayConfig): NetworkSet => {
+    quotas.configure(quotaSettingsOf(source));
+    return buildNetworkSet(source, {
       now: ctx.now,
       filterIds,
       // Finalized headers the probes read feed the cache's canonical chain (reorgs below finality).
@@ -160,6 +179,7 @@ async function buildNetworks(ctx: StartContext, store: Store, cache: ResponseCac
         overBudget: (network, upstream) => metrics.upstreamOverBudget.add(1, network, upstream),
         upstreamSpend(network, upstream, _method, units, usdPerMillion) {
           metrics.upstreamUnits.add(units, network, upstream);
+          quotas.add(`${network}/${upstream}`, units);
           if (usdPerMillion !== undefined) metrics.upstreamUsd.add(usdOf(units, usdPerMillion), network, upstream);
         },
       },
@@ -169,7 +189,9 @@ async function buildNetworks(ctx: StartContext, store: Store, cache: ResponseCac
         metrics.storeErrors.inc();
         if (shouldLogPermitError()) ctx.logger.warn({ err: error }, 'the shared upstream rate-limit windows are unreachable; each process counts alone meanwhile');
       },
+      quotaSpent: (scope) => quotas.spent(scope),
     });
+  };
   const networkSets = createNetworkSetHolder(build(config));
   ctx.disposers.defer('networks', () => networkSets.closeAll());
   const reloader = createConfigReloader({
@@ -343,6 +365,7 @@ function buildRpcServer(
       if (saved !== undefined) metrics.upstreamUnitsSaved.add(saved.units, network, saved.upstream);
     },
     onProviderSpend: (subject, spend) => providerSpend.add(subject, spend),
+    onProviderSaved: (subject, savedUnits) => providerSpend.addSaved(subject, savedUnits),
     onLogsCall: (network, method, upstreamCalls) => metrics.logsUpstreamCalls.observe(upstreamCalls, network, method),
   });
   const calls = createCallDispatcher({ executor, logger });

@@ -272,3 +272,47 @@ describe('what each team cost at the providers', () => {
     expect(api.rows.find((row) => row.method === 'eth_call')).toMatchObject({ upstreamUnits: 6 * 26 + 80, savedUnits: 0 });
   }, 60_000);
 });
+
+describe('upstream quotas', () => {
+  it('uses an upstream whose quota for the day is spent last, and a replica on the same store learns it from the store', async () => {
+    const a = await recordingProxy();
+    const b = await recordingProxy();
+    const store = await openStore({ driver: 'sqlite', path: ':memory:' });
+    const networks = [
+      {
+        id: 'eth',
+        kind: 'evm',
+        chainId: 31337,
+        selection: 'cheapest',
+        upstreams: [
+          { id: 'a', url: a.upstream.url, price: { units: { '*': 10 }, quota: { units: 50, per: 'day' } } },
+          { id: 'b', url: b.upstream.url, price: { units: { '*': 20 } } },
+        ],
+      },
+    ];
+    const tg = await startTestGateway({ store, networks });
+    gateways.push(tg);
+    const call = (gateway: TestGateway, n: number) => rpc(gateway.url('eth'), { jsonrpc: '2.0', id: n, method: 'eth_call', params: [{ to: `0x${(n + 0x4000).toString(16).padStart(40, '0')}`, data: '0x' }, 'latest'] });
+    for (let n = 0; n < 8; n += 1) expect((await call(tg, n)).body.error).toBeUndefined();
+    // A costs 10 a call and allows 50 a day: five calls, then B (dearer) takes them, no client error.
+    expect(a.count('eth_call')).toBe(5);
+    expect(b.count('eth_call')).toBe(3);
+
+    const today = new Date().toISOString().slice(0, 10);
+    await until(async () => (await store.upstreamUnits(['eth/a'], today))[0] === 50, "A's units of the day in the store");
+    const replica = await startTestGateway({ store, networks });
+    gateways.push(replica);
+    // The replica reads the totals as it starts: once it has, A gets none of its calls either.
+    await until(async () => {
+      const before = b.count('eth_call');
+      await call(replica, 100 + before);
+      return b.count('eth_call') > before;
+    }, 'the replica to route past the spent upstream');
+    const atA = a.count('eth_call');
+    for (let n = 200; n < 205; n += 1) expect((await call(replica, n)).body.error).toBeUndefined();
+    expect(a.count('eth_call')).toBe(atA);
+    // The gateways write their last totals as they close: before the store does.
+    for (const gateway of gateways.splice(0)) await gateway.close();
+    await store.close();
+  }, 60_000);
+});

@@ -93,6 +93,11 @@ const upstreamSchema = z.strictObject({
           .refine((map) => Object.hasOwn(map, '*'), 'a price map needs "*": the units of every method it does not list'),
       ]),
       usdPerMillion: z.number().min(0).optional(),
+      /**
+       * The plan's allowance in these units per UTC day or month, counted by every replica in
+       * the store: once spent, the upstream is tried after the others (docs/budgets.md).
+       */
+      quota: z.strictObject({ units: z.number().positive(), per: z.enum(['day', 'month']) }).optional(),
     })
     .optional(),
 });

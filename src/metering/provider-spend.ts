@@ -18,6 +18,8 @@ export interface SpendSubject {
 
 export interface ProviderSpendRecorder {
   add(subject: SpendSubject, spend: ProviderSpend): void;
+  /** Units a cache answer saved (no spend object made on the hit path). */
+  addSaved(subject: SpendSubject, savedUnits: number): void;
   /** Writes what was collected so far. */
   flush(): Promise<void>;
   /** Stops the timer and writes what is left. */
@@ -31,17 +33,19 @@ export function createProviderSpendRecorder(
   let pending = new Map<string, ProviderSpendRow>();
   let writing: Promise<void> = Promise.resolve();
 
-  function merge(row: ProviderSpendRow): void {
-    const id = `${row.day}\t${row.teamId}\t${row.keyId}\t${row.network}\t${row.method}`;
+  /** Adds to the pending total of a day and subject; a row is made only for the first call of each. */
+  function addTo(day: string, subject: SpendSubject, units: number, usd: number, savedUnits: number): void {
+    const id = `${day}\t${subject.teamId}\t${subject.keyId}\t${subject.network}\t${subject.method}`;
     const total = pending.get(id);
     if (total === undefined) {
-      pending.set(id, { ...row });
+      pending.set(id, { day, teamId: subject.teamId, keyId: subject.keyId, network: subject.network, method: subject.method, units, usd, savedUnits });
       return;
     }
-    total.units += row.units;
-    total.usd += row.usd;
-    total.savedUnits += row.savedUnits;
+    total.units += units;
+    total.usd += usd;
+    total.savedUnits += savedUnits;
   }
+  const merge = (row: ProviderSpendRow): void => addTo(row.day, row, row.units, row.usd, row.savedUnits);
 
   function flush(): Promise<void> {
     if (pending.size === 0) return writing;
@@ -62,7 +66,10 @@ export function createProviderSpendRecorder(
   return {
     add(subject, spend) {
       if (spend.units === 0 && spend.usd === 0 && spend.savedUnits === 0) return;
-      merge({ day: utcDay(options.now()), teamId: subject.teamId, keyId: subject.keyId, network: subject.network, method: subject.method, units: spend.units, usd: spend.usd, savedUnits: spend.savedUnits });
+      addTo(utcDay(options.now()), subject, spend.units, spend.usd, spend.savedUnits);
+    },
+    addSaved(subject, savedUnits) {
+      if (savedUnits !== 0) addTo(utcDay(options.now()), subject, 0, 0, savedUnits);
     },
     flush,
     async close() {

@@ -112,7 +112,12 @@ export interface ForwarderOptions {
   sharedPermits?: UpstreamPermits | undefined;
   /** The shared windows could not be asked: this process's own window still holds. */
   onSharedPermitsError?: (error: unknown) => void;
+  /** True once an upstream's quota (`price.quota`) for this period is spent (upstream-quotas.ts). */
+  quotaSpent?: (scope: string) => boolean;
 }
+
+/** How many methods' cache savings a forwarder remembers (unlisted method names are the clients' text). */
+const MAX_REMEMBERED_METHODS = 1_024;
 
 /** Calls the gateway makes for itself (internal ones) share one scope, and are not traced. */
 export const INTERNAL_CALLER: Caller = Object.freeze({ keyId: '' });
@@ -142,6 +147,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     const price = upstreamPriceOf(upstream.config.price);
     if (price !== undefined) prices.set(upstream.id, price);
   }
+  const savedByMethod = new Map<string, { upstream: string; units: number }>();
   const probing = network.healthCheck.intervalMs > 0;
   const selector = createSelector(
     upstreams,
@@ -158,6 +164,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
         return price.usdPerMillion === undefined ? units : usdOf(units, price.usdPerMillion);
       },
       hasRoom: (upstream) => budgets.get(upstream.id)!.hasRoom(),
+      quotaSpent: quotaSpentOf(network, options.quotaSpent),
     },
     clock.now,
     options.random,
@@ -265,12 +272,17 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     },
     stateDepthOf: (upstreamId) => archive.depthOf(upstreamId),
     savedBy(method) {
-      let cheapest: { upstream: string; units: number } | undefined;
-      for (const [upstream, price] of prices) {
-        const units = price.unitsOf(method);
-        if (cheapest === undefined || units < cheapest.units) cheapest = { upstream, units };
+      if (prices.size === 0) return undefined;
+      // Asked on every cache hit: worked out once per method (method names are bounded by the catalogue and the network's map).
+      let saved = savedByMethod.get(method);
+      if (saved === undefined) {
+        for (const [upstream, price] of prices) {
+          const units = price.unitsOf(method);
+          if (saved === undefined || units < saved.units) saved = { upstream, units };
+        }
+        if (savedByMethod.size < MAX_REMEMBERED_METHODS) savedByMethod.set(method, saved!);
       }
-      return cheapest;
+      return saved;
     },
     close: async () => {
       prober?.stop();
@@ -288,6 +300,13 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
       return (outcome.kind === 'failed' ? prunedEverywhere(execution) : undefined) ?? forwardOutcomeOf(outcome, execution, candidates, clock.now());
     },
   };
+}
+
+/** The selector's quota check: only where some upstream of the network has a quota, each upstream's scope made once. */
+function quotaSpentOf(network: NetworkConfig, quotaSpent: ((scope: string) => boolean) | undefined): ((upstream: RoutedUpstream) => boolean) | undefined {
+  if (quotaSpent === undefined || !network.upstreams.some((upstream) => upstream.price?.quota !== undefined)) return undefined;
+  const scopes = new Map(network.upstreams.map((upstream) => [upstream.id, `${network.id}/${upstream.id}`]));
+  return (upstream) => quotaSpent(scopes.get(upstream.id)!);
 }
 
 /**

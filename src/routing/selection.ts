@@ -8,7 +8,8 @@ import type { RoutedUpstream } from './upstream.js';
  * fading with time), or under `weighted` the first is drawn at random by weight among the
  * healthy ones (a weight reduced by recent errors), so that load spreads, and the rest follow by
  * score. Under `cheapest`, healthy upstreams with rate-limit budget left go first, cheapest for
- * the method first, ties by score; then the others by score.
+ * the method first, ties by score; then the others by score. Under every strategy an upstream
+ * whose quota for the period is spent goes last.
  */
 
 export type SelectionStrategy = 'fastest' | 'weighted' | 'cheapest';
@@ -24,6 +25,8 @@ export interface SelectionSettings {
   unitsOf?: (upstream: RoutedUpstream, method: string) => number | undefined;
   /** False while the upstream's rate-limit window is full (`cheapest` ranks it after those with room). */
   hasRoom?: (upstream: RoutedUpstream) => boolean;
+  /** True once the upstream's quota for this period is spent: it goes after every other (any strategy). */
+  quotaSpent?: (upstream: RoutedUpstream) => boolean;
 }
 
 export interface Selector {
@@ -66,15 +69,16 @@ export function createSelector(
         .map((upstream) => ({
           upstream,
           trial: settings.trialsByRequests && upstream.health.trialReady(),
+          spent: settings.quotaSpent?.(upstream) ?? false,
           lagging: lagOf(upstream, best),
           score: upstream.health.score(),
         }))
-        .sort((a, b) => Number(b.trial) - Number(a.trial) || Number(a.lagging) - Number(b.lagging) || a.score - b.score)
+        .sort((a, b) => Number(b.trial) - Number(a.trial) || Number(a.spent) - Number(b.spent) || Number(a.lagging) - Number(b.lagging) || a.score - b.score)
         .map((entry) => entry.upstream);
       const trialFirst = ranked[0] !== undefined && settings.trialsByRequests && ranked[0].health.trialReady();
       if (settings.strategy === 'cheapest' && !trialFirst && method !== undefined) return cheapestFirst(ranked, method, best);
       if (settings.strategy === 'weighted' && !trialFirst) {
-        const eligible = ranked.filter((upstream) => upstream.health.isHealthy() && !lagOf(upstream, best));
+        const eligible = ranked.filter((upstream) => upstream.health.isHealthy() && !lagOf(upstream, best) && !(settings.quotaSpent?.(upstream) ?? false));
         const pick = pickByWeight(eligible, random());
         if (pick !== undefined) ranked.unshift(...ranked.splice(ranked.indexOf(pick), 1));
       }
@@ -92,7 +96,7 @@ export function createSelector(
     const unitsOf = settings.unitsOf ?? (() => undefined);
     const hasRoom = settings.hasRoom ?? (() => true);
     const keyed = ranked.map((upstream) => {
-      const fit = upstream.health.isHealthy() && !lagOf(upstream, best) && hasRoom(upstream);
+      const fit = upstream.health.isHealthy() && !lagOf(upstream, best) && hasRoom(upstream) && !(settings.quotaSpent?.(upstream) ?? false);
       return { upstream, fit, units: unitsOf(upstream, method) ?? Number.POSITIVE_INFINITY };
     });
     keyed.sort((a, b) => Number(b.fit) - Number(a.fit) || (a.fit && a.units !== b.units ? (a.units < b.units ? -1 : 1) : 0));

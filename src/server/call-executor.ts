@@ -74,6 +74,8 @@ export interface CallExecutorDeps {
   onUpstreamCallSaved?: (network: string, method: string, reason: CacheTier | 'coalesced') => void;
   /** What a call cost at the providers (networks with priced upstreams only), for its team's usage. */
   onProviderSpend?: (subject: ChargeSubject, spend: ProviderSpend) => void;
+  /** Units a cache answer saved its team (networks with priced upstreams only). */
+  onProviderSaved?: (subject: ChargeSubject, savedUnits: number) => void;
 }
 
 /** A bug met while handling one call: that call's `-32603`, with the error kept as the cause for the log. */
@@ -148,7 +150,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   /** A cache answer's saving, for the caller's usage (networks with priced upstreams only). */
   function recordSaved(network: NetworkRuntime, method: string, subject: ChargeSubject): void {
     const saved = network.forwarder.priced ? network.forwarder.savedBy(method) : undefined;
-    if (saved !== undefined) deps.onProviderSpend?.(subject, { units: 0, usd: 0, savedUnits: saved.units });
+    if (saved !== undefined) deps.onProviderSaved?.(subject, saved.units);
   }
 
   const storeUnavailable = (id: IdText): Reply => errorReply(id, new GatewayError('TG_ERR_STORE_UNAVAILABLE'));

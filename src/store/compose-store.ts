@@ -1,5 +1,5 @@
 import { dayRange } from './day-range.js';
-import type { AlertStore, KeyDirectory, Ledger, ProviderSpendLog, RequestLog, SharedSecrets, Store, StoreSnapshot, TeamTokens, UpstreamPermits, UsageReports } from './types.js';
+import type { AlertStore, KeyDirectory, Ledger, ProviderSpendLog, UpstreamQuotas, RequestLog, SharedSecrets, Store, StoreSnapshot, TeamTokens, UpstreamPermits, UsageReports } from './types.js';
 
 /** What a driver builds; {@link composeStore} makes the one {@link Store} of them. */
 export interface StoreParts {
@@ -17,6 +17,8 @@ export interface StoreParts {
   requests: RequestLog;
   /** Provider spend beside the usage rows (read back by `usage`). */
   providerSpend: ProviderSpendLog;
+  /** Units spent at each priced upstream per quota period. */
+  upstreamQuotas: UpstreamQuotas;
   /** Rate-limit windows shared by every replica; drivers without them leave each process to count alone. */
   upstreamPermits?: UpstreamPermits;
   /** Every team token with its hash, for a snapshot. */
@@ -39,6 +41,8 @@ export function composeStore(parts: StoreParts): Store {
     appendRequests: parts.requests.appendRequests,
     recentRequests: parts.requests.recentRequests,
     addProviderSpend: parts.providerSpend.addProviderSpend,
+    addUpstreamUnits: parts.upstreamQuotas.addUpstreamUnits,
+    upstreamUnits: parts.upstreamQuotas.upstreamUnits,
     ...(parts.upstreamPermits === undefined ? {} : { takeUpstreamPermit: parts.upstreamPermits.takeUpstreamPermit }),
     applyLedger: ledger.applyLedger,
     recoverReservations: ledger.recoverReservations,

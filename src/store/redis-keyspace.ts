@@ -64,6 +64,8 @@ export interface RedisKeyspace {
   owner(tag: string): string;
   /** Zset of the permits an upstream's rate-limit window holds (`<network>/<upstream>`). */
   upstreamWindow(scope: string): string;
+  /** Hash `<network>/<upstream>` -> units spent in one quota period (a UTC day or month). */
+  upstreamUnits(period: string): string;
 }
 
 export function createRedisKeyspace(prefix: string, clustered: boolean): RedisKeyspace {
@@ -104,6 +106,7 @@ export function createRedisKeyspace(prefix: string, clustered: boolean): RedisKe
       claim: (eventKey) => `${p}claim:${eventKey}`,
       owner: (tag) => `${p}owner:${tag}`,
       upstreamWindow: (scope) => `${p}upstream-window:${scope}`,
+      upstreamUnits: (period) => `${p}upstream-units:${period}`,
     };
   }
   const t = (teamId: string) => `${p}{t:${teamId}}:`;
@@ -143,5 +146,6 @@ export function createRedisKeyspace(prefix: string, clustered: boolean): RedisKe
     claim: (eventKey) => `${p}claim:${eventKey}`,
     owner: (tag) => `${p}owner:${tag}`,
     upstreamWindow: (scope) => `${p}{u:${scope}}:window`,
+    upstreamUnits: (period) => `${p}{q}:upstream-units:${period}`,
   };
 }

@@ -6,7 +6,7 @@ import { createRedisKeyspace } from './redis-keyspace.js';
 import { createRedisLedger } from './redis-ledger.js';
 import { withProviderSpend } from './provider-spend.js';
 import { createRedisRequestLog } from './redis-request-log.js';
-import { createRedisUpstreamPermits } from './redis-upstream-permits.js';
+import { createRedisUpstreamPermits, createRedisUpstreamQuotas } from './redis-upstream-permits.js';
 import { createRedisTeamTokens } from './redis-team-tokens.js';
 import { createRedisUsage } from './redis-usage.js';
 import type { Store, StoreSnapshot, UsageQuery, UsageRow } from './types.js';
@@ -115,6 +115,7 @@ async function storeOn(connection: RedisConnection, options: RedisStoreOptions):
     requests: createRedisRequestLog(redis, keys),
     providerSpend: { addProviderSpend: usageStore.addProviderSpend },
     upstreamPermits: createRedisUpstreamPermits(redis, keys),
+    upstreamQuotas: createRedisUpstreamQuotas(redis, keys),
     portal,
     async teamTokensWithHashes() {
       const hashKeys = await connection.scan(keys.teamTokenHash('*'));

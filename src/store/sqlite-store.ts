@@ -8,7 +8,7 @@ import { createSqliteLedger } from './sqlite-ledger.js';
 import { createSqliteRequestLog } from './sqlite-request-log.js';
 import { createSqliteTeamTokens } from './sqlite-team-tokens.js';
 import { withProviderSpend } from './provider-spend.js';
-import type { ProviderSpendRow, Store, StoreSnapshot, UsageQuery, UsageRow } from './types.js';
+import type { ProviderSpendRow, Store, StoreSnapshot, UpstreamUnitsRow, UsageQuery, UsageRow } from './types.js';
 
 /**
  * The embedded store: one SQLite file in WAL mode, for one gateway process or several on one
@@ -75,6 +75,13 @@ CREATE TABLE IF NOT EXISTS usage (
 CREATE INDEX IF NOT EXISTS usage_key ON usage(key_id, day);
 -- What the calls cost at the providers (docs/budgets.md), beside usage: units and money of the
 -- attempts that reached priced upstreams, and the units the cache saved.
+-- Units every replica spent at each priced upstream per quota period (a UTC day or month).
+CREATE TABLE IF NOT EXISTS upstream_units (
+  scope TEXT NOT NULL,
+  period TEXT NOT NULL,
+  units REAL NOT NULL,
+  PRIMARY KEY (scope, period)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS provider_spend (
   team_id TEXT NOT NULL,
   key_id TEXT NOT NULL,
@@ -262,6 +269,13 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
     `INSERT INTO provider_spend (team_id, key_id, day, network, method, units, usd, saved_units) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
      ON CONFLICT DO UPDATE SET units = units + excluded.units, usd = usd + excluded.usd, saved_units = saved_units + excluded.saved_units`,
   );
+  const addUnits = db.prepare<[string, string, number]>(
+    'INSERT INTO upstream_units (scope, period, units) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET units = units + excluded.units',
+  );
+  const addUnitsRows = db.transaction((rows: readonly UpstreamUnitsRow[]) => {
+    for (const row of rows) addUnits.run(row.scope, row.period, row.units);
+  });
+  const unitsOf = db.prepare<[string, string], { units: number }>('SELECT units FROM upstream_units WHERE scope = ? AND period = ?');
   const addSpendRows = db.transaction((rows: readonly ProviderSpendRow[]) => {
     for (const row of rows) addSpend.run(row.teamId, row.keyId, row.day, row.network, row.method, row.units, row.usd, row.savedUnits);
   });
@@ -288,6 +302,14 @@ export function createSqliteStore(options: SqliteStoreOptions): Store {
     providerSpend: {
       async addProviderSpend(rows) {
         addSpendRows(rows);
+      },
+    },
+    upstreamQuotas: {
+      async addUpstreamUnits(rows) {
+        addUnitsRows(rows);
+      },
+      async upstreamUnits(scopes, period) {
+        return scopes.map((scope) => unitsOf.get(scope, period)?.units ?? 0);
       },
     },
     async teamTokensWithHashes() {

@@ -146,7 +146,7 @@ export interface UpstreamPermits {
   takeUpstreamPermit(scope: string, limit: number, windowMs: number, sliceMs: number, sliceLimit: number): Promise<number>;
 }
 
-export interface Store extends Ledger, KeyDirectory, UsageReports, Snapshots, SharedSecrets, TeamTokens, AlertStore, RequestLog, ProviderSpendLog, Partial<UpstreamPermits> {
+export interface Store extends Ledger, KeyDirectory, UsageReports, Snapshots, SharedSecrets, TeamTokens, AlertStore, RequestLog, ProviderSpendLog, UpstreamQuotas, Partial<UpstreamPermits> {
   /** Resolves if the store answers (readiness); rejects otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;
@@ -279,6 +279,21 @@ export interface ProviderSpendRow {
   units: number;
   usd: number;
   savedUnits: number;
+}
+
+/** Units spent at one upstream (`<network>/<upstream>`) in one quota period (`YYYY-MM-DD` or `YYYY-MM`). */
+export interface UpstreamUnitsRow {
+  scope: string;
+  period: string;
+  units: number;
+}
+
+/** What every replica spent at each priced upstream per quota period (docs/budgets.md). */
+export interface UpstreamQuotas {
+  /** Adds units to each scope's period total. */
+  addUpstreamUnits(rows: readonly UpstreamUnitsRow[]): Promise<void>;
+  /** The totals of these scopes in `period` (0 for a scope with none). */
+  upstreamUnits(scopes: readonly string[], period: string): Promise<number[]>;
 }
 
 /** Provider spend per team, key, network, method and day, beside the credits. */
