@@ -77,6 +77,30 @@ async function drive(urls: readonly string[], perSecond: number, seconds: number
 
 const balanceOf = (n: number) => ({ jsonrpc: '2.0', id: n, method: 'eth_getBalance', params: [`0x${(n + 1).toString(16).padStart(40, '0')}`, 'latest'] });
 
+/** The units a recording proxy's calls cost at `price` (a map with "*"): what the provider billed. */
+function unitsAt(proxy: RecordingProxy, price: Record<string, number>): number {
+  return proxy.upstream.calls.reduce((sum, received) => sum + received.methods.reduce((inner, method) => inner + (price[method] ?? price['*']!), 0), 0);
+}
+
+/** A gateway whose one network is on `selection: cheapest` in front of proxies a and b, with these prices. */
+async function cheapestGateway(a: RecordingProxy, b: RecordingProxy, priceA: Record<string, unknown>, priceB: Record<string, unknown>, store?: Store): Promise<TestGateway> {
+  const networks = [
+    {
+      id: 'eth',
+      kind: 'evm',
+      chainId: 31337,
+      selection: 'cheapest',
+      upstreams: [
+        { id: 'a', url: a.upstream.url, price: priceA },
+        { id: 'b', url: b.upstream.url, price: priceB },
+      ],
+    },
+  ];
+  const tg = await startTestGateway({ networks, store });
+  gateways.push(tg);
+  return tg;
+}
+
 async function metric(tg: TestGateway, name: string, labels: string): Promise<number> {
   const text = await (await fetch(`${tg.gateway.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } })).text();
   const line = text.split('\n').find((candidate) => candidate.startsWith(`${name}{${labels}}`));
@@ -148,21 +172,7 @@ describe('selection: cheapest and what each upstream cost', () => {
     const b = await recordingProxy();
     const A = { eth_call: 10, eth_getLogs: 100, '*': 10 };
     const B = { eth_call: 30, eth_getLogs: 20, '*': 30 };
-    const tg = await startTestGateway({
-      networks: [
-        {
-          id: 'eth',
-          kind: 'evm',
-          chainId: 31337,
-          selection: 'cheapest',
-          upstreams: [
-            { id: 'a', url: a.upstream.url, price: { units: A, usdPerMillion: 2 } },
-            { id: 'b', url: b.upstream.url, price: { units: B, usdPerMillion: 2 } },
-          ],
-        },
-      ],
-    });
-    gateways.push(tg);
+    const tg = await cheapestGateway(a, b, { units: A, usdPerMillion: 2 }, { units: B, usdPerMillion: 2 });
     const call = (n: number) => ({ jsonrpc: '2.0', id: n, method: 'eth_call', params: [{ to: `0x${(n + 0x1000).toString(16).padStart(40, '0')}`, data: '0x' }, 'latest'] });
     const logs = (n: number) => ({ jsonrpc: '2.0', id: n, method: 'eth_getLogs', params: [{ fromBlock: 'latest', toBlock: 'latest', topics: [`0x${(n + 1).toString(16).padStart(64, '0')}`] }] });
     for (let n = 0; n < 40; n += 1) {
@@ -185,11 +195,9 @@ describe('selection: cheapest and what each upstream cost', () => {
     const byHash = { jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params: [latest.hash, false] };
     for (let i = 0; i < 5; i += 1) expect((await rpc(tg.url('eth'), byHash)).body.result.hash).toBe(latest.hash);
 
-    const unitsOf = (proxy: RecordingProxy, price: Record<string, number>) =>
-      proxy.upstream.calls.reduce((sum, received) => sum + received.methods.reduce((inner, method) => inner + (price[method] ?? price['*']!), 0), 0);
-    expect(await metric(tg, 'tollgate_upstream_units_total', 'network="eth",upstream="a"')).toBe(unitsOf(a, A));
-    expect(await metric(tg, 'tollgate_upstream_units_total', 'network="eth",upstream="b"')).toBe(unitsOf(b, B));
-    expect(await metric(tg, 'tollgate_upstream_usd_total', 'network="eth",upstream="a"')).toBeCloseTo((unitsOf(a, A) * 2) / 1_000_000, 12);
+    expect(await metric(tg, 'tollgate_upstream_units_total', 'network="eth",upstream="a"')).toBe(unitsAt(a, A));
+    expect(await metric(tg, 'tollgate_upstream_units_total', 'network="eth",upstream="b"')).toBe(unitsAt(b, B));
+    expect(await metric(tg, 'tollgate_upstream_usd_total', 'network="eth",upstream="a"')).toBeCloseTo((unitsAt(a, A) * 2) / 1_000_000, 12);
     const hits = Number(await metric(tg, 'tollgate_cache_upstream_calls_saved_total', 'network="eth",method="eth_getBlockByHash",reason="memory"'));
     expect(hits).toBeGreaterThanOrEqual(4);
     expect(await metric(tg, 'tollgate_upstream_units_saved_total', 'network="eth",upstream="a"')).toBe(hits * 10);
@@ -202,26 +210,10 @@ describe('what each team cost at the providers', () => {
     const b = await recordingProxy();
     const A = { eth_call: 26, eth_getBlockByNumber: 16, eth_getBlockByHash: 16, '*': 10 };
     const B = { eth_call: 80, eth_getLogs: 255, '*': 80 };
-    const tg = await startTestGateway({
-      networks: [
-        {
-          id: 'eth',
-          kind: 'evm',
-          chainId: 31337,
-          selection: 'cheapest',
-          upstreams: [
-            { id: 'a', url: a.upstream.url, price: { units: A, usdPerMillion: 0.5 } },
-            { id: 'b', url: b.upstream.url, price: { units: B, usdPerMillion: 0.5 } },
-          ],
-        },
-      ],
-    });
-    gateways.push(tg);
+    const tg = await cheapestGateway(a, b, { units: A, usdPerMillion: 0.5 }, { units: B, usdPerMillion: 0.5 });
     const other = await tg.store.createTeam({ name: `other-${Math.random().toString(36).slice(2)}`, dailyCredits: 1_000_000 });
     const otherKey = await issueKey(tg.store, { teamId: other.id });
-    const unitsSeen = (proxy: RecordingProxy, price: Record<string, number>) =>
-      proxy.upstream.calls.reduce((sum, received) => sum + received.methods.reduce((inner, method) => inner + (price[method] ?? price['*']!), 0), 0);
-    const spent = () => ({ a: unitsSeen(a, A), b: unitsSeen(b, B) });
+    const spent = () => ({ a: unitsAt(a, A), b: unitsAt(b, B) });
 
     // Team one: reads, a block fetched once and then answered from the cache three times, and a
     // call that fails on A (500) and is answered by B: both attempts are billed, one is charged.
@@ -278,20 +270,9 @@ describe('upstream quotas', () => {
     const a = await recordingProxy();
     const b = await recordingProxy();
     const store = await openStore({ driver: 'sqlite', path: ':memory:' });
-    const networks = [
-      {
-        id: 'eth',
-        kind: 'evm',
-        chainId: 31337,
-        selection: 'cheapest',
-        upstreams: [
-          { id: 'a', url: a.upstream.url, price: { units: { '*': 10 }, quota: { units: 50, per: 'day' } } },
-          { id: 'b', url: b.upstream.url, price: { units: { '*': 20 } } },
-        ],
-      },
-    ];
-    const tg = await startTestGateway({ store, networks });
-    gateways.push(tg);
+    const priceA = { units: { '*': 10 }, quota: { units: 50, per: 'day' } };
+    const priceB = { units: { '*': 20 } };
+    const tg = await cheapestGateway(a, b, priceA, priceB, store);
     const call = (gateway: TestGateway, n: number) => rpc(gateway.url('eth'), { jsonrpc: '2.0', id: n, method: 'eth_call', params: [{ to: `0x${(n + 0x4000).toString(16).padStart(40, '0')}`, data: '0x' }, 'latest'] });
     for (let n = 0; n < 8; n += 1) expect((await call(tg, n)).body.error).toBeUndefined();
     // A costs 10 a call and allows 50 a day: five calls, then B (dearer) takes them, no client error.
@@ -300,8 +281,7 @@ describe('upstream quotas', () => {
 
     const today = new Date().toISOString().slice(0, 10);
     await until(async () => (await store.upstreamUnits(['eth/a'], today))[0] === 50, "A's units of the day in the store");
-    const replica = await startTestGateway({ store, networks });
-    gateways.push(replica);
+    const replica = await cheapestGateway(a, b, priceA, priceB, store);
     // The replica reads the totals as it starts: once it has, A gets none of its calls either.
     await until(async () => {
       const before = b.count('eth_call');
