@@ -63,6 +63,8 @@ export interface GatewayOptions {
   webhookSleep?: WebhookSenderOptions['sleep'];
   /** One worker of `serve --workers N`: RPC only; the primary has the admin listener, portal, checkpoints (src/cluster/). */
   groupWorker?: boolean;
+  /** How many workers the group runs (N), for what each must hold alone: its share of an upstream's rate limit without Redis. */
+  groupSize?: number;
 }
 
 export interface RunningGateway {
@@ -190,6 +192,8 @@ async function buildNetworks(ctx: StartContext, store: Store, cache: ResponseCac
         if (shouldLogPermitError()) ctx.logger.warn({ err: error }, 'the shared upstream rate-limit windows are unreachable; each process counts alone meanwhile');
       },
       quotaSpent: (scope) => quotas.spent(scope),
+      // Without shared windows (SQLite), each of N workers holds 1/N of a declared limit, so the machine holds it all.
+      rateLimitShare: store.takeUpstreamPermit === undefined ? 1 / Math.max(1, ctx.options.groupSize ?? 1) : 1,
     });
   };
   const networkSets = createNetworkSetHolder(build(config));

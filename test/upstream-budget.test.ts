@@ -5,7 +5,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { forwardOutcomeOf } from '../src/routing/call-outcome.js';
-import { budgetPolicy, isRateLimited, OVER_BUDGET } from '../src/routing/policies/budget.js';
+import { budgetPolicy, isRateLimited, OVER_BUDGET, WAIT_MARGIN_MS } from '../src/routing/policies/budget.js';
 import { failoverPolicy } from '../src/routing/policies/failover.js';
 import { attemptEachCandidate, type AttemptFn, type Execution } from '../src/routing/policies/types.js';
 import { createSelector } from '../src/routing/selection.js';
@@ -13,7 +13,10 @@ import { BUDGET_COUNTED_MS, BUDGET_SLICE_MS, BUDGET_WINDOW_MS, UpstreamBudget } 
 import { upstreamPriceOf } from '../src/routing/upstream-price.js';
 import { UpstreamHealth } from '../src/routing/upstream-health.js';
 import { RATE_LIMITED, type AttemptOutcome, type RoutedUpstream } from '../src/routing/upstream.js';
+import { parseConfig } from '../src/config/load.js';
+import { createForwarder, type Forwarder } from '../src/routing/forward.js';
 import { ManualClock, settle } from './helpers/manual-clock.js';
+import { useScriptedUpstreams } from './helpers/scripted-upstream.js';
 
 const ok = (): AttemptOutcome => ({ kind: 'result', resultBytes: Buffer.from('"0x1"'), durationMs: 1 });
 const limited = (): AttemptOutcome => ({ kind: 'failure', reason: RATE_LIMITED, timedOut: false, durationMs: 1 });
@@ -309,5 +312,39 @@ describe('selection: cheapest', () => {
     const map = upstreamPriceOf({ units: { eth_call: 7, '*': 3 } })!;
     expect([map.unitsOf('eth_call'), map.unitsOf('eth_getLogs'), map.unitsOf('constructor'), map.unitsOf('__proto__')]).toEqual([7, 3, 3, 3]);
     expect(upstreamPriceOf(undefined)).toBeUndefined();
+  });
+});
+
+describe("a worker's share of a declared limit", () => {
+  const scripted = useScriptedUpstreams();
+
+  it('holds 1/N of rateLimit in each of N processes that cannot share windows (SQLite), at least one call a second', async () => {
+    const upstream = await scripted({ kind: 'result', result: '0x1' });
+    const clock = new ManualClock();
+    const network = (requestsPerSecond: number) =>
+      parseConfig(
+        { networks: [{ id: 'eth', kind: 'evm', chainId: 1, baseUrls: ['*/eth'], requestTimeoutMs: 500, healthCheck: { intervalMs: 0 }, upstreams: [{ id: 'a', url: upstream.url, rateLimit: { requestsPerSecond } }] }] },
+        {},
+        'test config',
+      ).networks[0]!;
+    const sentWithin = async (forwarder: Forwarder, calls: number): Promise<number> => {
+      const before = upstream.calls.length;
+      // A deadline too close to wait for a permit (a wait must leave WAIT_MARGIN_MS): a call without one fails at once.
+      for (let n = 0; n < calls; n += 1) await forwarder.forward({ kind: 'pass-through', method: 'eth_blockNumber', cost: 1, params: [] }, clock.now() + WAIT_MARGIN_MS / 2);
+      return upstream.calls.length - before;
+    };
+    // Four workers, 20 a second declared: each takes 5 in a window (one slice holds a fifth of its 5: 1).
+    const quarter = createForwarder(network(20), { clock, rateLimitShare: 1 / 4 });
+    let sent = 0;
+    for (let slice = 0; slice < 10; slice += 1) {
+      sent += await sentWithin(quarter, 3);
+      await clock.advance(BUDGET_SLICE_MS);
+    }
+    expect(sent).toBe(5);
+    await quarter.close();
+    // A limit smaller than the group still lets each worker send one call a second.
+    const tiny = createForwarder(network(2), { clock, rateLimitShare: 1 / 4 });
+    expect(await sentWithin(tiny, 3)).toBe(1);
+    await tiny.close();
   });
 });

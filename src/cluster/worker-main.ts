@@ -48,7 +48,7 @@ function serveGroupWorker(): void {
           destination: pino.destination({ fd: process.env.TOLLGATE_WORKER_LOG_FD === '2' ? 2 : 1, sync: false }),
         });
         nextConfig = config;
-        startGateway(config, { logger, groupWorker: true, loadConfig: () => nextConfig! }).then(
+        startGateway(config, { logger, groupWorker: true, groupSize: Number(process.env.TOLLGATE_WORKER_COUNT ?? '1'), loadConfig: () => nextConfig! }).then(
           (started) => {
             gateway = started;
             send({ type: 'listening', rpcOrigin: started.rpcOrigin, rpcPort: started.rpcPort });

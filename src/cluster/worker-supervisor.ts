@@ -86,7 +86,7 @@ export function createWorkerSupervisor(options: WorkerSupervisorOptions): Worker
   const listeningCount = () => slots.filter((entry) => entry.listening).length;
 
   function fork(entry: Slot): void {
-    const worker = cluster.fork({ TOLLGATE_WORKER_SLOT: String(entry.slot), TOLLGATE_WORKER_LOG_FD: String(options.logFd) });
+    const worker = cluster.fork({ TOLLGATE_WORKER_SLOT: String(entry.slot), TOLLGATE_WORKER_COUNT: String(options.count), TOLLGATE_WORKER_LOG_FD: String(options.logFd) });
     entry.worker = worker;
     entry.listening = false;
     entry.startedAt = Date.now();

@@ -112,6 +112,11 @@ export interface ForwarderOptions {
   sharedPermits?: UpstreamPermits | undefined;
   /** The shared windows could not be asked: this process's own window still holds. */
   onSharedPermitsError?: (error: unknown) => void;
+  /**
+   * The share of each declared `rateLimit` this process holds (1/N for each of N workers that
+   * cannot share windows); default 1.
+   */
+  rateLimitShare?: number;
   /** True once an upstream's quota (`price.quota`) for this period is spent (upstream-quotas.ts). */
   quotaSpent?: (scope: string) => boolean;
 }
@@ -133,7 +138,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
       upstream.id,
       new UpstreamBudget(
         {
-          requestsPerSecond: upstream.config.rateLimit?.requestsPerSecond,
+          requestsPerSecond: shareOf(upstream.config.rateLimit?.requestsPerSecond, options.rateLimitShare ?? 1),
           scope: `${network.id}/${upstream.id}`,
           shared: options.sharedPermits,
           onSharedError: options.onSharedPermitsError,
@@ -300,6 +305,11 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
       return (outcome.kind === 'failed' ? prunedEverywhere(execution) : undefined) ?? forwardOutcomeOf(outcome, execution, candidates, clock.now());
     },
   };
+}
+
+/** This process's share of a declared limit: at least one call a second, so a small limit split N ways still serves. */
+function shareOf(requestsPerSecond: number | undefined, share: number): number | undefined {
+  return requestsPerSecond === undefined ? undefined : Math.max(1, Math.floor(requestsPerSecond * share));
 }
 
 /** The selector's quota check: only where some upstream of the network has a quota, each upstream's scope made once. */
