@@ -1,9 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import type { NetworkConfig } from '../config/schema.js';
-import { resultCheckOf, upstreamParams, type PreparedCall } from '../methods/registry.js';
-import { createArchiveDepth, type ArchiveDepth } from './archive-depth.js';
+import type { PreparedCall } from '../methods/registry.js';
+import { createArchiveDepth } from './archive-depth.js';
 import { failed, forwardOutcomeOf, type ForwardOutcome } from './call-outcome.js';
 import { clockFrom, type Clock } from './clock.js';
+import { createExecution, paramsOf, probeExecution, servingOnly } from './executions.js';
 import { createFilterCalls } from './filter-calls.js';
 import { createFilterIds, type FilterIds } from './filter-ids.js';
 import { startHealthProber, type HealthProber } from './health-prober.js';
@@ -329,19 +330,6 @@ function reachedUpstream(outcome: AttemptOutcome): boolean {
 }
 
 /**
- * The one place where an upstream's `methods.deny` takes effect: the candidates of a call (and so
- * its failover and hedges) and the upstreams asked to confirm a `null` are those that serve it.
- */
-function servingOnly<U extends RoutedUpstream>(upstreams: readonly U[], servedBy: ReadonlySet<string> | undefined): readonly U[] {
-  return servedBy === undefined ? upstreams : upstreams.filter((upstream) => servedBy.has(upstream.id));
-}
-
-/** The params a call names its block in (pass-through calls), for the archive depth filter. */
-function paramsOf(prepared: PreparedCall): unknown {
-  return prepared.kind === 'pass-through' ? prepared.params : undefined;
-}
-
-/**
  * When every attempt of a call was a node saying it does not keep the state asked for, the first
  * node's own error is the answer (passed on and charged like any node error), not a gateway
  * `-32603`: it tells the client what a direct call would, including "header not found" for a
@@ -352,59 +340,4 @@ function prunedEverywhere(execution: Execution): ForwardOutcome | undefined {
   const first = passedOverErrors?.[0];
   if (first === undefined || attempts.length === 0 || !attempts.every((attempt) => attempt.reason === PRUNED_STATE)) return undefined;
   return { kind: 'rpc-error', error: first.error, upstream: first.upstream, attempts };
-}
-
-function createExecution(
-  prepared: PreparedCall,
-  deadline: number,
-  candidates: readonly RoutedUpstream[],
-  byId: ReadonlyMap<string, Upstream>,
-  archive: ArchiveDepth,
-  trace: RequestTrace | undefined,
-  spend?: ProviderSpend,
-): Execution {
-  let next = 0;
-  const all = servingOnly([...byId.values()], prepared.servedBy);
-  // Upstreams skipped for want of rate-limit budget come back after the others (policies/budget.ts).
-  const deferred: RoutedUpstream[] = [];
-  const everDeferred = new Set<RoutedUpstream>();
-  return {
-    method: prepared.method,
-    trace,
-    spend,
-    attemptsStarted: 0,
-    deadline,
-    attempts: [],
-    running: new Set(),
-    check: resultCheckOf(prepared),
-    paramsFor: (upstream) => upstreamParams(prepared, byId.get(upstream.id)!.config),
-    takeCandidate: () => (next < candidates.length ? candidates[next++] : deferred.shift()),
-    peekCandidate: () => (next < candidates.length ? candidates[next] : deferred[0]),
-    defer(upstream) {
-      if (everDeferred.has(upstream)) return false;
-      everDeferred.add(upstream);
-      deferred.push(upstream);
-      return true;
-    },
-    // Confirmations, like candidates, leave out upstreams that do not keep state at the call's block.
-    othersThan: (upstreamId) => archive.keeping(all, prepared.method, paramsOf(prepared)).filter((upstream) => upstream.id !== upstreamId && upstream.health.isAvailable()),
-    passedOverErrors: [],
-  };
-}
-
-/** The execution a probe runs in: no candidates, no check, its own deadline. */
-function probeExecution(method: string, deadline: number): Execution {
-  return {
-    method,
-    deadline,
-    trace: undefined,
-    attemptsStarted: 0,
-    attempts: [],
-    running: new Set(),
-    check: undefined,
-    paramsFor: () => [],
-    takeCandidate: () => undefined,
-    peekCandidate: () => undefined,
-    othersThan: () => [],
-  };
 }
