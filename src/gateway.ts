@@ -16,6 +16,7 @@ import { createRequestRecorder } from './metrics/record.js';
 import { usdOf } from './routing/upstream-price.js';
 import { createProviderSpendRecorder } from './metering/provider-spend.js';
 import { createQuotaTracker, type QuotaSetting } from './routing/upstream-quotas.js';
+import { upstreamScope } from './routing/upstream.js';
 import { createFilterIds } from './routing/filter-ids.js';
 import { rankSubscriptionUpstreams } from './routing/subscription-upstreams.js';
 import { createMetrics, type GatewayMetrics } from './metrics/metrics.js';
@@ -141,7 +142,7 @@ async function buildResponseCache(ctx: StartContext): Promise<ResponseCache> {
 /** Every upstream quota (`price.quota`) of a config. */
 function quotaSettingsOf(config: GatewayConfig): QuotaSetting[] {
   return config.networks.flatMap((network) =>
-    network.upstreams.flatMap((upstream) => (upstream.price?.quota === undefined ? [] : [{ scope: `${network.id}/${upstream.id}`, ...upstream.price.quota }])),
+    network.upstreams.flatMap((upstream) => (upstream.price?.quota === undefined ? [] : [{ scope: upstreamScope(network.id, upstream.id), ...upstream.price.quota }])),
   );
 }
 
@@ -181,7 +182,7 @@ async function buildNetworks(ctx: StartContext, store: Store, cache: ResponseCac
         overBudget: (network, upstream) => metrics.upstreamOverBudget.add(1, network, upstream),
         upstreamSpend(network, upstream, _method, units, usdPerMillion) {
           metrics.upstreamUnits.add(units, network, upstream);
-          quotas.add(`${network}/${upstream}`, units);
+          quotas.add(network, upstream, units);
           if (usdPerMillion !== undefined) metrics.upstreamUsd.add(usdOf(units, usdPerMillion), network, upstream);
         },
       },

@@ -32,11 +32,11 @@ describe('upstream quotas', () => {
     expect(quotaPeriod('day', now)).toBe('2026-11-30');
     expect(quotaPeriod('month', now)).toBe('2026-11');
 
-    first.add('eth/daily', 60);
-    first.add('eth/monthly', 600);
-    first.add('eth/unlimited', 10_000);
+    first.add('eth', 'daily', 60);
+    first.add('eth', 'monthly', 600);
+    first.add('eth', 'unlimited', 10_000);
     expect([first.spent('eth/daily'), first.spent('eth/monthly'), first.spent('eth/unlimited')]).toEqual([false, false, false]);
-    first.add('eth/daily', 40);
+    first.add('eth', 'daily', 40);
     expect(first.spent('eth/daily')).toBe(true);
     await first.sync();
     expect(await store.upstreamUnits(['eth/daily', 'eth/monthly', 'eth/unlimited'], '2026-11-30')).toEqual([100, 0, 0]);
@@ -46,7 +46,7 @@ describe('upstream quotas', () => {
     const second = tracker();
     await second.sync();
     expect(second.spent('eth/daily')).toBe(true);
-    second.add('eth/monthly', 400);
+    second.add('eth', 'monthly', 400);
     expect(second.spent('eth/monthly')).toBe(true);
     await second.sync();
     await first.sync();
@@ -55,7 +55,7 @@ describe('upstream quotas', () => {
     // Past midnight UTC the day's quota starts over; the month's too, on the 1st.
     now = Date.UTC(2026, 11, 1, 0, 1);
     expect([first.spent('eth/daily'), first.spent('eth/monthly')]).toEqual([false, false]);
-    first.add('eth/daily', 99);
+    first.add('eth', 'daily', 99);
     await first.sync();
     expect(await store.upstreamUnits(['eth/daily'], '2026-12-01')).toEqual([99]);
     expect(first.spent('eth/daily')).toBe(false);

@@ -26,7 +26,7 @@ import { createTransactionCalls } from './transactions.js';
 import type { UpstreamPermits } from '../store/types.js';
 import { UpstreamBudget } from './upstream-budget.js';
 import { upstreamPriceOf, usdOf, type ProviderSpend, type UpstreamPrice } from './upstream-price.js';
-import { Upstream, type AttemptOutcome, type RoutedUpstream } from './upstream.js';
+import { Upstream, upstreamScope, type AttemptOutcome, type RoutedUpstream } from './upstream.js';
 
 /**
  * A network's upstreams behind the failsafe chain (docs/routing.md):
@@ -140,7 +140,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
       new UpstreamBudget(
         {
           requestsPerSecond: shareOf(upstream.config.rateLimit?.requestsPerSecond, options.rateLimitShare ?? 1),
-          scope: `${network.id}/${upstream.id}`,
+          scope: upstreamScope(network.id, upstream.id),
           shared: options.sharedPermits,
           onSharedError: options.onSharedPermitsError,
         },
@@ -316,7 +316,7 @@ function shareOf(requestsPerSecond: number | undefined, share: number): number |
 /** The selector's quota check: only where some upstream of the network has a quota, each upstream's scope made once. */
 function quotaSpentOf(network: NetworkConfig, quotaSpent: ((scope: string) => boolean) | undefined): ((upstream: RoutedUpstream) => boolean) | undefined {
   if (quotaSpent === undefined || !network.upstreams.some((upstream) => upstream.price?.quota !== undefined)) return undefined;
-  const scopes = new Map(network.upstreams.map((upstream) => [upstream.id, `${network.id}/${upstream.id}`]));
+  const scopes = new Map(network.upstreams.map((upstream) => [upstream.id, upstreamScope(network.id, upstream.id)]));
   return (upstream) => quotaSpent(scopes.get(upstream.id)!);
 }
 

@@ -94,8 +94,12 @@ export class UpstreamBudget {
     return limit === undefined || this.countInWindow(this.clock.now()) < limit;
   }
 
-  /** Takes a permit: 0 when taken, otherwise the ms until one may free. */
-  async take(): Promise<number> {
+  /**
+   * Takes a permit: 0 when taken, otherwise the ms until one may free. Answered at once unless
+   * the shared window must be asked: most attempts (unlimited upstreams, a full local window,
+   * SQLite) cost no promise.
+   */
+  take(): number | Promise<number> {
     const limit = this.limit();
     if (limit === undefined) {
       // Unlimited, but counted: a first rate-limited answer is cut from what was sent.
@@ -106,14 +110,17 @@ export class UpstreamBudget {
     if (this.countInWindow(now) >= limit) return Math.max(1, this.sent[this.oldest]! + BUDGET_COUNTED_MS - now);
     const inSlice = this.countInSlice(now, sliceLimitOf(limit));
     if (inSlice !== undefined) return Math.max(1, inSlice + BUDGET_SLICE_MS - now);
-    const { shared } = this.options;
-    if (shared !== undefined) {
-      try {
-        const wait = await shared.takeUpstreamPermit(this.options.scope, limit, BUDGET_COUNTED_MS, BUDGET_SLICE_MS, sliceLimitOf(limit));
-        if (wait > 0) return wait;
-      } catch (error) {
-        this.options.onSharedError?.(error);
-      }
+    if (this.options.shared !== undefined) return this.takeShared(this.options.shared, limit);
+    this.record(now);
+    return 0;
+  }
+
+  private async takeShared(shared: UpstreamPermits, limit: number): Promise<number> {
+    try {
+      const wait = await shared.takeUpstreamPermit(this.options.scope, limit, BUDGET_COUNTED_MS, BUDGET_SLICE_MS, sliceLimitOf(limit));
+      if (wait > 0) return wait;
+    } catch (error) {
+      this.options.onSharedError?.(error);
     }
     this.record(this.clock.now());
     return 0;

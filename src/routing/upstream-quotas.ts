@@ -1,5 +1,6 @@
 import { utcDay } from '../metering/meter.js';
 import type { UpstreamQuotas } from '../store/types.js';
+import { upstreamScope } from './upstream.js';
 
 /**
  * Upstream quotas (`price.quota`: units per UTC day or month, docs/budgets.md): every replica
@@ -10,7 +11,7 @@ import type { UpstreamQuotas } from '../store/types.js';
  */
 
 export interface QuotaSetting {
-  /** `<network>/<upstream>`. */
+  /** {@link upstreamScope}. */
   scope: string;
   units: number;
   per: 'day' | 'month';
@@ -20,7 +21,7 @@ export interface QuotaTracker {
   /** The quotas of the config in force (called again on a reload). */
   configure(quotas: readonly QuotaSetting[]): void;
   /** Units just sent to an upstream; ignored unless it has a quota. */
-  add(scope: string, units: number): void;
+  add(networkId: string, upstreamId: string, units: number): void;
   /** True once the upstream's quota for this period is spent. */
   spent(scope: string): boolean;
   /** Writes what this process sent since the last sync and reads every total back. */
@@ -91,10 +92,12 @@ export function createQuotaTracker(store: UpstreamQuotas, options: { now: () => 
       settings = new Map(quotas.map((quota) => [quota.scope, quota]));
       if (quotas.length > 0) void sync();
     },
-    add(scope, units) {
+    add(networkId, upstreamId, units) {
+      // Every attempt on a priced upstream comes here: nothing to do (nor a scope to build) without quotas.
+      if (settings.size === 0 || units === 0) return;
+      const scope = upstreamScope(networkId, upstreamId);
       const setting = settings.get(scope);
-      if (setting === undefined || units === 0) return;
-      addUnsent(scope, quotaPeriod(setting.per, options.now()), units);
+      if (setting !== undefined) addUnsent(scope, quotaPeriod(setting.per, options.now()), units);
     },
     spent(scope) {
       const setting = settings.get(scope);

@@ -38,6 +38,14 @@ export interface RoutedUpstream {
 /** Upstream JSON-RPC errors that mean "this upstream cannot serve now", not "your request is wrong". */
 const FAILOVER_RPC_CODES = new Set([-32603, -32005]);
 
+/**
+ * The name an upstream's shared state goes by in the store (its rate-limit window, its quota
+ * total): `<network>/<upstream>`, unique across networks.
+ */
+export function upstreamScope(networkId: string, upstreamId: string): string {
+  return `${networkId}/${upstreamId}`;
+}
+
 /** Reason of an answer that says the provider is rate limiting us (HTTP 429, or one of its JSON-RPC wordings). */
 export const RATE_LIMITED = 'rate_limited';
 

@@ -26,7 +26,8 @@ export function budgetPolicy(budgetOf: (upstreamId: string) => UpstreamBudget | 
   return (next) => async (upstream, execution, signal) => {
     const budget = budgetOf(upstream.id);
     if (budget === undefined) return next(upstream, execution, signal);
-    const wait = await budget.take();
+    const taken = budget.take();
+    const wait = typeof taken === 'number' ? taken : await taken;
     if (wait > 0) {
       const lastCandidate = execution.peekCandidate() === undefined;
       const margin = Math.max(WAIT_MARGIN_MS, 2 * (upstream.health.latencyQuantile(0.99) ?? 0));
