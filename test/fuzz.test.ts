@@ -835,8 +835,11 @@ describe('fuzz: hostile input over raw TCP and HTTP', () => {
       figures.rssMaxKb = figures.rssBeforeKb;
       figures.heapBeforeMb = await heapUsedMb();
       process.stdout.write(`fuzz: seed ${SEED}, ${BUDGET_MS / 1000} s (TOLLGATE_FUZZ_SEED=${SEED} replays this run)\n`);
+      // The time limit ends fc.assert without waiting for the case it interrupts (fast-check races
+      // the run with a timer): that case goes on, its calls holding their reservations.
+      let runningCase: Promise<void> | undefined;
       await fc.assert(
-        fc.asyncProperty(casePlan(collections, secretValues), (plan) => runCase(plan)),
+        fc.asyncProperty(casePlan(collections, secretValues), (plan) => (runningCase = runCase(plan))),
         {
           seed: SEED,
           path: REPLAY_PATH,
@@ -860,6 +863,10 @@ describe('fuzz: hostile input over raw TCP and HTTP', () => {
           },
         },
       );
+      // The interrupted case finishes before the run is judged quiet, and its own checks count.
+      await runningCase?.catch((error: unknown) => {
+        throw new Error(`the case the time limit interrupted failed (seed ${SEED}, case ${figures.cases}): ${error instanceof Error ? error.message : String(error)}`);
+      });
       // Quiet: every reservation settled or refunded, nothing logged as unexpected.
       const day = new Date().toISOString().slice(0, 10);
       const [peek] = await store.applyLedger([{ type: 'peek', teamId, day }]);

@@ -6,7 +6,7 @@
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -17,6 +17,7 @@ import { CLI, ensureBuilt } from './helpers/build.js';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
 import { postRequest, rawExchange, trickle } from './helpers/raw-http.js';
 import { startScriptedUpstream, type RpcItem, type ScriptedUpstream } from './helpers/scripted-upstream.js';
+import { until } from './helpers/until.js';
 
 /** A valid Solana public key (32 zero bytes). */
 const PUBKEY = '11111111111111111111111111111111';
@@ -456,6 +457,38 @@ describe('found by the fuzz suite', () => {
     expect(exchange.responses.map((response) => response.status)).toEqual([200, 400]);
     expect(JSON.parse(exchange.responses[0]!.body)).toEqual({ jsonrpc: '2.0', id: 1, result: '0x1' });
     expect((await ledger(tg)).settled - before.settled).toBe(5);
+  });
+
+  it('an answer pipelined behind a slow one, charged and queued when the client resets, is given back and logged 499', async () => {
+    // The second answer is charged and handed to its response while the first is still at its
+    // upstream; Node queues it until the first is written. The client then resets: Node never
+    // emits 'close' (nor 'finish') for a response still queued on a connection that closed, so
+    // the charge stayed and the request was never logged (fuzz seed 1116334154).
+    let release: () => void = () => {};
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const gated = await startScriptedUpstream(async () => {
+      await released;
+      return { kind: 'result', result: '0x1' };
+    });
+    upstreams.push(gated);
+    const net = await startTestGateway({ networks: [{ id: 'evm', kind: 'evm', chainId: 1, upstreams: [{ id: 'gated', url: gated.url }], methods: { eth_call: 80 } }] });
+    gateways.push(net);
+    const path = new URL(net.url('evm')).pathname;
+    const slowCall = postRequest(path, '{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{},"latest"]}', ['X-Request-Id: queued-first']);
+    const localCall = postRequest(path, '{"jsonrpc":"2.0","id":2,"method":"eth_chainId"}', ['X-Request-Id: queued-second']);
+    let client: Socket | undefined;
+    const exchange = rawExchange(net.gateway.rpcPort, [Buffer.concat([slowCall, localCall])], { afterSend: (socket) => (client = socket) });
+    // The reset is the scenario: once the second answer is charged (and queued), never before.
+    await until(async () => client !== undefined && (await ledger(net)).settled === 5, 'the second answer charged');
+    client!.resetAndDestroy();
+    expect((await exchange).responses).toEqual([]);
+    release();
+    const statusOf = (id: string) => logLines(net).filter((line) => line.msg === 'request' && line.requestId === id).map((line) => [line.status, line.credits]);
+    await until(() => statusOf('queued-first').length > 0 && statusOf('queued-second').length > 0, 'a log line for both requests', 5_000);
+    expect(statusOf('queued-first')).toEqual([[499, 0]]);
+    expect(statusOf('queued-second')).toEqual([[499, 0]]);
+    await until(async () => (await ledger(net)).used === 0, 'the queued answer given back');
+    expect(await ledger(net)).toEqual({ settled: 0, used: 0 });
   });
 
   it('a request broken mid-body while its key is being looked up is answered once, and the gateway lives on', async () => {
