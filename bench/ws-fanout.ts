@@ -2,7 +2,7 @@
 // subscription; anvil mines a burst of blocks and every client receives every head. Reports
 // events delivered per second (all clients together) and the gateway's CPU per delivered event
 // (from /proc, the gateway being its own `node dist/cli.js serve` process with the SQLite store
-// and metering on: every event is reserved and settled through the ledger).
+// and metering on: every event is charged through the ledger).
 //
 // With --bursts N the blocks come in N bursts of --blocks (`anvil_mine`), each once every reading
 // client has the previous one; --non-readers M of the clients stop reading once subscribed (they
@@ -213,7 +213,7 @@ export function formatWsFanout(result: WsFanoutResult): string {
   return (
     `${WS_FANOUT_SCENARIO}: ${result.subscribers} subscribers × ${result.blocks} blocks, ${result.upstreamSubscriptions} upstream eth_subscribe; ` +
     `${result.delivered} events in ${result.seconds.toFixed(2)} s = ${Math.round(result.eventsPerSecond)} events/s; ` +
-    `gateway CPU ${cpu} µs per delivered event (each reserved and settled); gateway RSS ${rss} MiB${bursts}`
+    `gateway CPU ${cpu} µs per delivered event (each charged through the ledger); gateway RSS ${rss} MiB${bursts}`
   );
 }
 

@@ -7,10 +7,11 @@ import type { HubEvent, SubscriptionKind } from './subscription-hub.js';
 import { createEventOutbox, createQueueBudget, type EventOutbox, type OverflowScope } from './event-outbox.js';
 
 /**
- * Subscription events from the hub to one client connection: each is charged (reserved shortly
- * before its turn, settled once written, given back if it never is), queued in the connection's bounded
- * outbox (event-outbox.ts), and written in order. Only events a client subscription was armed for
- * are taken: a subscription is armed as its `eth_subscribe` answer is written.
+ * Subscription events from the hub to one client connection: each is queued in the connection's
+ * bounded outbox (event-outbox.ts), charged shortly before its turn (one ledger operation, like a
+ * cache hit's: no reservation to settle), written in order, and its charge given back if it is
+ * not written. Only events a client subscription was armed for are taken: a subscription is armed
+ * as its `eth_subscribe` answer is written.
  */
 
 /** Logs of one block already charged, remembered per client subscription. */
@@ -46,14 +47,15 @@ export interface ClientSubscription {
   armed: boolean;
 }
 
-/** One event waiting in a connection's outbox; its charge is reserved as its turn nears (unless it is free). */
+/** One event waiting in a connection's outbox; it is charged as its turn nears (unless it is free). */
 export interface QueuedEvent {
   subscription: ClientSubscription;
   event: HubEvent;
   bytes: number;
   price: number;
-  reservationId: string | undefined;
-  reserved: Promise<AdmissionResult> | undefined;
+  /** What the charge was asked for (the connection's shared subject of that day): a give-back reverses exactly it. */
+  subject: ChargeSubject | undefined;
+  charged: Promise<AdmissionResult> | undefined;
 }
 
 /** What delivery reads and counts on a connection. */
@@ -90,6 +92,8 @@ export interface EventDeliveryDeps<C extends DeliveryConnection> {
   refused(connection: C, result: Exclude<AdmissionResult, { ok: true }>, subject: ChargeSubject): void;
   /** A queue bound was passed: the connection is closed with 1013 (its queue is already dropped). */
   overflowed(connection: C, scope: OverflowScope, events: number, bytes: number): void;
+  /** The charge of an event that was not written could not be given back (the store failed). */
+  giveBackFailed(connection: C, error: unknown): void;
 }
 
 export interface EventDelivery<C extends DeliveryConnection> {
@@ -115,7 +119,12 @@ export function createEventDelivery<C extends DeliveryConnection>(deps: EventDel
     if (item.subscription.kind === 'logs' && item.price > 0 && item.event.blockHash !== undefined) item.subscription.chargedBlocks.delete(item.event.blockHash);
   }
 
-  /** An event at the head of the queue: waits for its reservation, writes it, settles its charge. */
+  /** Gives back the charge of an event that was charged but not written. */
+  function giveBack(connection: C, item: QueuedEvent): void {
+    meter.reverse(item.subject!).catch((error: unknown) => deps.giveBackFailed(connection, error));
+  }
+
+  /** An event at the head of the queue: waits for its charge, writes it, or gives the charge back. */
   async function send(connection: C, item: QueuedEvent): Promise<void> {
     const network = connection.networkId;
     const { subscription } = item;
@@ -127,49 +136,41 @@ export function createEventDelivery<C extends DeliveryConnection>(deps: EventDel
       return;
     }
     // The outbox asked for the charge before the event's turn (never sent uncharged).
-    const reservationId = item.reservationId!;
     let admission: AdmissionResult;
     try {
-      admission = await item.reserved!;
+      admission = await item.charged!;
     } catch {
       // The store is unreachable: the event cannot be charged, so it is not sent.
-      meter.release(reservationId);
       unchargeBlock(item);
       return observe.dropped(network, subscription.kind, 'store_error');
     }
     if (!admission.ok) {
       unchargeBlock(item);
       observe.dropped(network, subscription.kind, 'credits_exhausted');
-      if (!connection.closing) deps.refused(connection, admission, deps.subject(connection, item.price));
+      if (!connection.closing) deps.refused(connection, admission, item.subject!);
       return;
     }
     if (!deps.send(connection, frame)) {
       observe.dropped(network, subscription.kind, dropReason(connection));
-      meter.refund(reservationId).catch(() => meter.release(reservationId));
+      giveBack(connection, item);
       return;
     }
     observe.delivered(network, subscription.kind);
-    meter.settle(reservationId).then(
-      (settled) => {
-        if (!settled.ok) return;
-        connection.events += 1;
-        connection.eventCredits += item.price;
-        observe.eventCredits(network, subscription.kind, connection.auth.team.id, item.price);
-      },
-      () => meter.release(reservationId),
-    );
+    connection.events += 1;
+    connection.eventCredits += item.price;
+    observe.eventCredits(network, subscription.kind, connection.auth.team.id, item.price);
   }
 
-  /** An event that will never be sent (its connection is closing): uncharged, its reservation given back. */
+  /** An event that will never be sent (its connection is closing): uncharged, its charge given back. */
   function drop(connection: C, item: QueuedEvent): void {
     observe.dropped(connection.networkId, item.subscription.kind, dropReason(connection));
-    const { reserved, reservationId } = item;
-    if (reserved === undefined || reservationId === undefined) return;
-    reserved.then(
+    const { charged } = item;
+    if (charged === undefined) return;
+    charged.then(
       (result) => {
-        if (result.ok) meter.refund(reservationId).catch(() => meter.release(reservationId));
+        if (result.ok) giveBack(connection, item);
       },
-      () => meter.release(reservationId),
+      () => undefined,
     );
   }
 
@@ -193,8 +194,8 @@ export function createEventDelivery<C extends DeliveryConnection>(deps: EventDel
           }),
         charge(item) {
           if (item.price === 0) return;
-          item.reservationId = meter.newReservationId();
-          item.reserved = meter.reserve(item.reservationId, deps.subject(connection, item.price));
+          item.subject = deps.subject(connection, item.price);
+          item.charged = meter.charge(item.subject);
         },
         send: (item) => send(connection, item),
         drop: (item) => drop(connection, item),
@@ -213,7 +214,7 @@ export function createEventDelivery<C extends DeliveryConnection>(deps: EventDel
           if (subscription.chargedBlocks.size > CHARGED_BLOCKS_REMEMBERED) subscription.chargedBlocks.delete(subscription.chargedBlocks.values().next().value!);
         }
       }
-      connection.outbox.push({ subscription, event, bytes: subscription.prefix.length + event.bytes + 2, price, reservationId: undefined, reserved: undefined });
+      connection.outbox.push({ subscription, event, bytes: subscription.prefix.length + event.bytes + 2, price, subject: undefined, charged: undefined });
     },
     queued: () => ({ events: budget.events, bytes: budget.bytes }),
   };

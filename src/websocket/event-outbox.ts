@@ -3,14 +3,14 @@
  * the client's socket, and the process-wide budget every connection's queue draws from.
  *
  * The first {@link CHARGES_AHEAD} events of a queue have their charge asked of the ledger (the
- * reservation is the pending charge); an event is written once it reaches the head of the queue,
- * its reservation is granted and the socket's unsent bytes are under {@link SEND_WATERMARK_BYTES}:
+ * pending charges); an event is written once it reaches the head of the queue, its charge is
+ * granted and the socket's unsent bytes are under {@link SEND_WATERMARK_BYTES}:
  * a client that reads slowly holds its backlog here, as small records that share the event's JSON
  * with every other subscriber, not as a copy of each frame in its socket's buffer, nor as
  * thousands of charges in flight. Each queue is bounded in events and bytes
  * (queued frames plus the socket's unsent bytes), and all queues together in events and bytes.
  * Past a bound the connection is told to close (1013) and its queue is dropped at once: every
- * dropped event gives its reservation back, nothing is sent or charged for it, and none is ever
+ * dropped event gives its charge back, nothing is sent or charged for it, and none is ever
  * left out of a stream silently.
  */
 
@@ -22,11 +22,11 @@
 export const SEND_WATERMARK_BYTES = 16 * 1024;
 
 /**
- * Events of one queue whose charges are asked ahead of their turn: the next one is reserved while
+ * Events of one queue whose charges are asked ahead of their turn: the next one is charged while
  * the current one waits for its grant, so a connection takes two events per ledger batch. Asking
- * for more (a reservation per queued event, as before) made bursts hold tens of thousands of
- * reservations and their promises at once: the gateway's RSS grew 2-3x as much under the bursts
- * measured in docs/websocket.md, for no gain in events per second.
+ * for more (a charge per queued event, as an earlier version did) made bursts hold tens of
+ * thousands of pending charges and their promises at once: the gateway's RSS grew 2-3x as much
+ * under the bursts measured in docs/websocket.md, for no gain in events per second.
  */
 export const CHARGES_AHEAD = 2;
 
@@ -50,7 +50,7 @@ export interface EventOutboxOptions<T extends OutboxItem> {
   charge(item: T): void;
   /** Waits for the item's charge and writes it (or accounts for not writing it). */
   send(item: T): Promise<void>;
-  /** The item will never be sent: gives its reservation back. */
+  /** The item will never be sent: gives its charge back. */
   drop(item: T): void;
   /** A bound was passed: the queue is already dropped; the connection must close (1013). */
   overflow(scope: OverflowScope, events: number, bytes: number): void;
