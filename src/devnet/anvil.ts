@@ -110,7 +110,7 @@ export function resolveAnvilCommand(): AnvilCommand {
     return { command: process.execPath, prefixArgs: [join(wrapperDir, 'bin.mjs')], kind: 'wrapper' };
   }
   throw new Error(
-    `anvil not found: install the npm package @foundry-rs/anvil (looked for ${candidates.join(', ') || platformPackage || 'a platform package'}) or set TOLLGATE_ANVIL_BIN`,
+    `anvil not found: it is an optional dependency (\`npm install\` without --omit=optional installs the npm package @foundry-rs/anvil; looked for ${candidates.join(', ') || platformPackage || 'a platform package'}), or set TOLLGATE_ANVIL_BIN to an anvil binary`,
   );
 }
 
