@@ -44,6 +44,8 @@ interface Row {
   masterCpuMsPer1000: number;
   /** The same, less what the masters spend with no calls at all (cron, cluster bus, replication pings). */
   masterCallCpuMsPer1000: number;
+  /** Of the masters' CPU, the time INFO commandstats gives to running the ledger script (per 1,000 calls). */
+  masterScriptMsPer1000: number;
   replicaCpuMsPer1000: number | undefined;
   gatewayCpuUsPerCall: number | undefined;
   errors: number;
@@ -111,11 +113,15 @@ async function snapshots(urls: { masters: string[]; replicas: string[] }): Promi
 
 function summed(list: readonly RedisSnapshot[]): RedisSnapshot {
   const calls = new Map<string, number>();
-  for (const snapshot of list) for (const [command, count] of snapshot.calls) calls.set(command, (calls.get(command) ?? 0) + count);
-  return { calls, cpuSeconds: list.reduce((sum, snapshot) => sum + snapshot.cpuSeconds, 0) };
+  const usec = new Map<string, number>();
+  for (const snapshot of list) {
+    for (const [command, count] of snapshot.calls) calls.set(command, (calls.get(command) ?? 0) + count);
+    for (const [command, spent] of snapshot.usec ?? []) usec.set(command, (usec.get(command) ?? 0) + spent);
+  }
+  return { calls, usec, cpuSeconds: list.reduce((sum, snapshot) => sum + snapshot.cpuSeconds, 0) };
 }
 
-export async function runRedisClusterCost(options: { seconds: number; connections: number }): Promise<Row[]> {
+export async function runRedisClusterCost(options: { seconds: number; connections: number; stores?: readonly string[] }): Promise<Row[]> {
   if (findWrk() === undefined) throw new Error('wrk is not installed (apt-get install wrk)');
   const workDir = mkdtempSync(join(tmpdir(), 'tollgate-bench-cluster-'));
   const wrk = prepareWrk(workDir);
@@ -149,6 +155,7 @@ export async function runRedisClusterCost(options: { seconds: number; connection
       { store: 'Redis Cluster, waitReplicas: 1', config: { cluster: cluster.seeds, waitReplicas: 1 }, urls: clusterUrls },
     ];
     for (const [index, target] of targets.entries()) {
+      if (options.stores !== undefined && !options.stores.includes(target.store)) continue;
       const keyPrefix = `bench${index}:`;
       const storeConfig = { driver: 'redis' as const, keyPrefix, usageRetentionDays: 35, commandTimeoutMs: 2_000, failOpen: false, ...target.config };
       const store = await openStore(storeConfig);
@@ -198,6 +205,7 @@ export async function runRedisClusterCost(options: { seconds: number; connection
             topCommands: onMasters.commandsPer1000.slice(0, 5).map(([command, count]) => `${command} ${Math.round(count)}`).join(', '),
             masterCpuMsPer1000: onMasters.cpuMsPer1000,
             masterCallCpuMsPer1000: onMasters.cpuMsPer1000 - (1000 * 1000 * idleCpuPerSecond * measured.seconds) / measured.requests,
+            masterScriptMsPer1000: onMasters.scriptMsPer1000,
             replicaCpuMsPer1000: onReplicas?.cpuMsPer1000,
             gatewayCpuUsPerCall: cpuBefore === undefined || cpuAfter === undefined ? undefined : ((cpuAfter - cpuBefore) / measured.requests) * 1e6,
             errors: measured.errors + measured.non2xx,
@@ -225,11 +233,11 @@ export function formatRedisClusterCost(rows: readonly Row[], options: { seconds:
   const lines = [
     `${REDIS_CLUSTER_SCENARIO}: one gateway process, wrk with ${options.connections} connections, ${options.seconds} s per row after 2 s of warm-up; one team; Redis figures per 1,000 calls, masters summed (replicas apart).`,
     '',
-    '| store | scenario | calls/s | p50 ms | p99 ms | commands per 1,000 calls (masters) | of which | master CPU ms per 1,000 calls | of which per call (background taken out) | replica CPU ms per 1,000 calls | gateway CPU µs/call | errors |',
-    '|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|',
+    '| store | scenario | calls/s | p50 ms | p99 ms | commands per 1,000 calls (masters) | of which | master CPU ms per 1,000 calls | of which per call (background taken out) | of which running the ledger script | replica CPU ms per 1,000 calls | gateway CPU µs/call | errors |',
+    '|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|',
     ...rows.map(
       (row) =>
-        `| ${row.store} | ${row.scenario} | ${Math.round(row.callsPerSecond)} | ${fmt(row.p50Ms, 2)} | ${fmt(row.p99Ms, 2)} | ${Math.round(row.commandsPer1000)} | ${row.topCommands} | ${fmt(row.masterCpuMsPer1000)} | ${fmt(row.masterCallCpuMsPer1000)} | ${fmt(row.replicaCpuMsPer1000)} | ${fmt(row.gatewayCpuUsPerCall, 0)} | ${row.errors} |`,
+        `| ${row.store} | ${row.scenario} | ${Math.round(row.callsPerSecond)} | ${fmt(row.p50Ms, 2)} | ${fmt(row.p99Ms, 2)} | ${Math.round(row.commandsPer1000)} | ${row.topCommands} | ${fmt(row.masterCpuMsPer1000)} | ${fmt(row.masterCallCpuMsPer1000)} | ${fmt(row.masterScriptMsPer1000, 2)} | ${fmt(row.replicaCpuMsPer1000)} | ${fmt(row.gatewayCpuUsPerCall, 0)} | ${row.errors} |`,
     ),
   ];
   const versus = (store: string, referenceStore: string) =>
@@ -247,8 +255,9 @@ export function formatRedisClusterCost(rows: readonly Row[], options: { seconds:
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({ options: { seconds: { type: 'string', default: '10' }, connections: { type: 'string', default: '50' } } });
-  const options = { seconds: Number(values.seconds), connections: Number(values.connections) };
+  // --stores 'one Redis;Redis Cluster (3 masters, no replicas)': only those rows (exact names).
+  const { values } = parseArgs({ options: { seconds: { type: 'string', default: '10' }, connections: { type: 'string', default: '50' }, stores: { type: 'string' } } });
+  const options = { seconds: Number(values.seconds), connections: Number(values.connections), stores: values.stores?.split(';') };
   runRedisClusterCost(options).then(
     (rows) => console.log(`\n${formatRedisClusterCost(rows, options)}`),
     (error: unknown) => {

@@ -8,6 +8,8 @@ import { Redis } from 'ioredis';
 export interface RedisSnapshot {
   /** Calls per command (`evalsha`, `get`, ...), as `INFO commandstats` counts them. */
   calls: Map<string, number>;
+  /** Microseconds Redis spent executing each command (a script's include its inner calls'); absent in summed deltas that do not keep it. */
+  usec?: Map<string, number>;
   /** Redis's user + system CPU seconds (main thread and children). */
   cpuSeconds: number;
 }
@@ -18,6 +20,12 @@ export interface RedisCost {
   totalPer1000: number;
   /** Redis CPU milliseconds per 1,000 requests. */
   cpuMsPer1000: number;
+  /**
+   * Milliseconds per 1,000 requests Redis spent running scripts (`evalsha`, `eval`), as
+   * `INFO commandstats` times them: the ledger's work itself, apart from reading and answering
+   * clients and the server's own upkeep, which make up the rest of {@link cpuMsPer1000}.
+   */
+  scriptMsPer1000: number;
 }
 
 function parseInfo(text: string): Map<string, string> {
@@ -36,13 +44,16 @@ export async function redisSnapshot(url: string): Promise<RedisSnapshot> {
     const stats = parseInfo(await client.info('commandstats'));
     const cpu = parseInfo(await client.info('cpu'));
     const calls = new Map<string, number>();
+    const usec = new Map<string, number>();
     for (const [name, value] of stats) {
       // cmdstat_evalsha:calls=12,usec=345,usec_per_call=28.75,...
-      const match = /(?:^|,)calls=(\d+)/.exec(value);
-      if (name.startsWith('cmdstat_') && match !== null) calls.set(name.slice('cmdstat_'.length), Number(match[1]));
+      const match = /(?:^|,)calls=(\d+),usec=(\d+)/.exec(value);
+      if (!name.startsWith('cmdstat_') || match === null) continue;
+      calls.set(name.slice('cmdstat_'.length), Number(match[1]));
+      usec.set(name.slice('cmdstat_'.length), Number(match[2]));
     }
     const cpuSeconds = ['used_cpu_sys', 'used_cpu_user', 'used_cpu_sys_children', 'used_cpu_user_children'].reduce((sum, field) => sum + Number(cpu.get(field) ?? 0), 0);
-    return { calls, cpuSeconds };
+    return { calls, usec, cpuSeconds };
   } finally {
     client.disconnect();
   }
@@ -61,9 +72,11 @@ export function redisCost(before: RedisSnapshot, after: RedisSnapshot, requests:
     if (delta > 0) per1000.push([command, (1000 * delta) / requests]);
   }
   per1000.sort((a, b) => b[1] - a[1]);
+  const scriptUsec = ['evalsha', 'eval'].reduce((sum, command) => sum + (after.usec?.get(command) ?? 0) - (before.usec?.get(command) ?? 0), 0);
   return {
     commandsPer1000: per1000,
     totalPer1000: per1000.reduce((sum, [, value]) => sum + value, 0),
     cpuMsPer1000: (1000 * 1000 * (after.cpuSeconds - before.cpuSeconds)) / requests,
+    scriptMsPer1000: scriptUsec / requests,
   };
 }
