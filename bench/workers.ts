@@ -12,7 +12,10 @@
 // and reports medians, so a burst of load from something else on the machine spoils a round or
 // two of each, not one side.
 //
-// Standalone:  npm run build && node --import tsx bench/workers.ts [--rounds 8] [--seconds 2] [--only "cache miss"]
+// With `--store redis` the groups share a local redis-server instead of the SQLite file (each
+// worker then batches its ledger operations like a replica on a host of its own).
+//
+// Standalone:  npm run build && node --import tsx bench/workers.ts [--rounds 8] [--seconds 2] [--only "cache miss"] [--store redis]
 // From bench/run.ts: `npm run bench -- --only "workers"`.
 
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
@@ -22,7 +25,10 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
+import { issueKey } from '../src/admin/key-issuer.js';
 import { seedAnvil, startAnvil } from '../src/devnet/anvil.js';
+import { openStore } from '../src/store/index.js';
+import { startRedis, type RedisServer } from '../test/helpers/redis.js';
 import { cpuSeconds } from './proc-stats.js';
 import { findWrk, prepareWrk, runWrk } from './wrk.js';
 import { CLI, ROOT, freePort } from './local-processes.js';
@@ -68,7 +74,9 @@ function pinned(cores: string | undefined, command: string, args: string[]): [st
   return cores === undefined ? [command, args] : ['taskset', ['-c', cores, command, ...args]];
 }
 
-async function startGroup(options: { name: string; workers: number; cores: string | undefined; dir: string; dbFile: string; anvilUrl: string; cacheMaxBytes: number; secret: string }): Promise<Group> {
+type BenchStore = { driver: 'sqlite'; path: string } | { driver: 'redis'; url: string; keyPrefix: string };
+
+async function startGroup(options: { name: string; workers: number; cores: string | undefined; dir: string; store: BenchStore; anvilUrl: string; cacheMaxBytes: number; secret: string }): Promise<Group> {
   const port = await freePort();
   const configFile = join(options.dir, `${options.name}.yaml`);
   writeFileSync(
@@ -76,7 +84,7 @@ async function startGroup(options: { name: string; workers: number; cores: strin
     toYaml({
       server: { host: '127.0.0.1', port, workers: options.workers },
       admin: { host: '127.0.0.1', port: 0 },
-      store: { driver: 'sqlite', path: options.dbFile },
+      store: options.store,
       cache: { maxBytes: options.cacheMaxBytes },
       networks: [{ id: 'eth', kind: 'evm', chainId: 31337, baseUrls: ['*/eth'], upstreams: [{ id: 'anvil', url: options.anvilUrl, connections: 64 }] }],
     }),
@@ -109,19 +117,32 @@ function groupCpu(group: Group): number {
   return group.pids.reduce((sum, pid) => sum + (cpuSeconds(pid) ?? 0), 0);
 }
 
-export async function runWorkersBench(options: { rounds: number; seconds: number; only?: string }): Promise<WorkersRow[]> {
+export async function runWorkersBench(options: { rounds: number; seconds: number; only?: string; store?: 'sqlite' | 'redis' }): Promise<WorkersRow[]> {
   if (findWrk() === undefined) throw new Error('the workers bench needs wrk (apt-get install wrk)');
   const cores = availableParallelism();
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-workers-bench-'));
   const anvil = await startAnvil();
   const groups: Group[] = [];
+  let redis: RedisServer | undefined;
   try {
     const seed = await seedAnvil(anvil.url, { blocks: 4, txPerBlock: 20 });
     const hash = seed.blocksWithTransactions.at(-1)!;
-    const dbFile = join(dir, 'tollgate.db');
-    const cli = (...args: string[]) => execFileSync(process.execPath, [CLI, ...args, '--db', dbFile], { cwd: ROOT, encoding: 'utf8' });
-    cli('teams', 'create', 'bench', '--daily-credits', '1000000000000');
-    const secret = (JSON.parse(cli('keys', 'create', '--team', 'bench')) as { secret: string }).secret;
+    let store: BenchStore;
+    let secret: string;
+    if (options.store === 'redis') {
+      redis = await startRedis();
+      store = { driver: 'redis', url: redis.url, keyPrefix: 'workers-bench:' };
+      const opened = await openStore({ ...store, usageRetentionDays: 35, commandTimeoutMs: 2_000, failOpen: false });
+      const team = await opened.createTeam({ name: 'bench', dailyCredits: 1_000_000_000_000 });
+      secret = (await issueKey(opened, { teamId: team.id })).secret;
+      await opened.close();
+    } else {
+      const dbFile = join(dir, 'tollgate.db');
+      store = { driver: 'sqlite', path: dbFile };
+      const cli = (...args: string[]) => execFileSync(process.execPath, [CLI, ...args, '--db', dbFile], { cwd: ROOT, encoding: 'utf8' });
+      cli('teams', 'create', 'bench', '--daily-credits', '1000000000000');
+      secret = (JSON.parse(cli('keys', 'create', '--team', 'bench')) as { secret: string }).secret;
+    }
     const wrk = prepareWrk(dir);
     const body = wrk.bodyFile(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params: [hash, false] }));
     // wrk on the last core; a group on the cores before it, when it fits beside wrk.
@@ -136,7 +157,7 @@ export async function runWorkersBench(options: { rounds: number; seconds: number
     for (const [scenario, cacheMaxBytes] of scenarios) {
       const started: Group[] = [];
       for (const variant of variants) {
-        const group = await startGroup({ name: `${scenario.replace(' ', '-')}-${started.length}`, workers: variant.workers, cores: variant.cores, dir, dbFile, anvilUrl: anvil.url, cacheMaxBytes, secret });
+        const group = await startGroup({ name: `${scenario.replace(' ', '-')}-${started.length}`, workers: variant.workers, cores: variant.cores, dir, store, anvilUrl: anvil.url, cacheMaxBytes, secret });
         group.name = variant.name;
         groups.push(group);
         started.push(group);
@@ -181,13 +202,14 @@ export async function runWorkersBench(options: { rounds: number; seconds: number
   } finally {
     for (const group of groups) if (group.child.exitCode === null) group.child.kill('SIGKILL');
     await anvil.stop();
+    await redis?.stop();
     rmSync(dir, { recursive: true, force: true });
   }
 }
 
-export function formatWorkersBench(rows: readonly WorkersRow[]): string {
+export function formatWorkersBench(rows: readonly WorkersRow[], store: 'sqlite' | 'redis' = 'sqlite'): string {
   const lines = [
-    `${WORKERS_SCENARIO} — ${availableParallelism()} cores, wrk ${CONNECTIONS} connections, 1 thread; medians of alternating rounds`,
+    `${WORKERS_SCENARIO} — ${availableParallelism()} cores, ${store === 'redis' ? 'a local redis-server' : 'one SQLite file'}, wrk ${CONNECTIONS} connections, 1 thread; medians of alternating rounds`,
     '',
     '| scenario | gateway | req/s | CPU µs/req (primary + workers) | of it the primary | cores busy | wrk cores | errors |',
     '|---|---|---:|---:|---:|---:|---:|---:|',
@@ -212,9 +234,10 @@ export function formatWorkersBench(rows: readonly WorkersRow[]): string {
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({ options: { rounds: { type: 'string', default: '8' }, seconds: { type: 'string', default: '2' }, only: { type: 'string' } } });
-  runWorkersBench({ rounds: Number(values.rounds), seconds: Number(values.seconds), only: values.only }).then(
-    (rows) => console.log(formatWorkersBench(rows)),
+  const { values } = parseArgs({ options: { rounds: { type: 'string', default: '8' }, seconds: { type: 'string', default: '2' }, only: { type: 'string' }, store: { type: 'string', default: 'sqlite' } } });
+  if (values.store !== 'sqlite' && values.store !== 'redis') throw new Error('--store is sqlite or redis');
+  runWorkersBench({ rounds: Number(values.rounds), seconds: Number(values.seconds), only: values.only, store: values.store }).then(
+    (rows) => console.log(formatWorkersBench(rows, values.store === 'redis' ? 'redis' : 'sqlite')),
     (error: unknown) => {
       console.error(error);
       process.exitCode = 1;
