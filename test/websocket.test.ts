@@ -381,7 +381,7 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
   const proxies: Record<string, WsProxy> = {};
   beforeAll(async () => {
     const target = anvil.url.replace('http://', 'ws://');
-    for (const name of ['a', 'b', 'shared', 'metered']) proxies[name] = await startWsProxy(target);
+    for (const name of ['a', 'b', 'shared', 'metered', 'c', 'd']) proxies[name] = await startWsProxy(target);
     const network = (id: string, upstreams: Array<{ id: string; wsUrl: string }>) => ({
       id,
       kind: 'evm',
@@ -396,6 +396,7 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
         network('twin', [{ id: 'a', wsUrl: proxies.a!.url }, { id: 'b', wsUrl: proxies.b!.url }]),
         network('shared', [{ id: 'shared', wsUrl: proxies.shared!.url }]),
         network('metered', [{ id: 'metered', wsUrl: proxies.metered!.url }]),
+        network('late', [{ id: 'c', wsUrl: proxies.c!.url }, { id: 'd', wsUrl: proxies.d!.url }]),
       ],
     });
   });
@@ -433,6 +434,36 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
     const anvilLogs = (await directRpc(anvil.url, 'eth_getLogs', [{ address, fromBlock: `0x${startBlock.toString(16)}`, toBlock: 'latest' }])) as any[];
     expect(events(logs).map((log) => `${log.blockHash}:${log.logIndex}`)).toEqual(anvilLogs.map((log) => `${log.blockHash}:${log.logIndex}`));
     expect(events(logs).map((log) => log.transactionHash)).toEqual(sent);
+    client.ws.close();
+  }, 60_000);
+
+  it('a logs subscription made just before a move is back-filled from where it started: no log of an earlier block', async () => {
+    const address = await deployPing(anvil);
+    const client = await openClient(wsUrl(gateway, 'late'));
+    const heads = (await client.call('eth_subscribe', ['newHeads'])).result as string;
+    const events = (id: string) => client.messages.filter((message) => message.method === 'eth_subscription' && message.params.subscription === id).map((message) => message.params.result);
+    // Three blocks with a Ping log each, before the logs subscription exists; the gateway has seen their heads.
+    const before: string[] = [];
+    for (let index = 0; index < 3; index += 1) before.push(await ping(anvil, address));
+    const headBefore = Number(await directRpc(anvil.url, 'eth_blockNumber', []));
+    await until(() => events(heads).some((head) => Number(head.number) === headBefore), 'the last head before the logs subscription', 10_000);
+    const logs = (await client.call('eth_subscribe', ['logs', { address }])).result as string;
+    const carrying = proxies.c!.subscribeCalls.includes('logs') ? proxies.c! : proxies.d!;
+    const standby = carrying === proxies.c ? proxies.d! : proxies.c!;
+    expect(carrying.subscribeCalls).toContain('logs');
+    // The carrying upstream dies: the next one back-fills the logs the move may have hidden.
+    await carrying.kill();
+    const after = await ping(anvil, address);
+    await until(() => events(logs).some((log) => log.transactionHash === after), 'the log mined after the move', 10_000);
+    expect(standby.subscribeCalls).toContain('logs');
+    // Only what was mined after the subscription: the back-fill's margin reaches back into the
+    // three earlier blocks, whose logs this subscription never asked for (nor pays for).
+    // A block after that one: once its head is here, every event before it has been delivered
+    // (one serial queue per network).
+    const sentinel = Number(await directRpc(anvil.url, 'eth_blockNumber', [])) + 1;
+    await mine(anvil, 1);
+    await until(() => events(heads).some((head) => Number(head.number) === sentinel), 'the sentinel head', 15_000);
+    expect(events(logs).map((log) => log.transactionHash)).toEqual([after]);
     client.ws.close();
   }, 60_000);
 

@@ -39,6 +39,8 @@ export interface HubEvent {
   bytes: number;
   /** Logs: the hash of the log's block (one block's logs are charged once per client subscription). */
   blockHash?: string;
+  /** Logs: the number of the log's block (a subscription takes no log of a block before it began). */
+  blockNumber?: number;
 }
 
 export type HubListener = (event: HubEvent) => void;
@@ -198,9 +200,9 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
     enqueue(feed, task);
   }
 
-  function deliver(entry: Entry, json: string, blockHash?: string): void {
+  function deliver(entry: Entry, json: string, blockHash?: string, blockNumber?: number): void {
     if (entry.listeners.size === 0) return;
-    const event: HubEvent = { json, bytes: Buffer.byteLength(json), blockHash };
+    const event: HubEvent = { json, bytes: Buffer.byteLength(json), blockHash, blockNumber };
     for (const listener of entry.listeners) listener(event);
   }
 
@@ -284,7 +286,7 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
       if (record.blockNumber >= horizon) break;
       delivered.delete(oldKey);
     }
-    deliver(entry, JSON.stringify(log), blockHash);
+    deliver(entry, JSON.stringify(log), blockHash, Number.isFinite(blockNumber) ? blockNumber : undefined);
   }
 
   function onLog(feed: Feed, entry: Entry, generation: number, result: unknown): void {
@@ -527,8 +529,18 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
         }
         // Without a socket (the first one connecting, or a move under way) the next socket's attach subscribes it.
       }
-      // One function per client subscription, so the same listener may be added twice.
-      const own: HubListener = (event) => listener(event);
+      // One function per client subscription, so the same listener may be added twice. A logs
+      // subscription takes the logs of blocks after the last head seen, as a node's own does (a
+      // block's logs are emitted as it is imported): a back-fill after a move reaches a few blocks
+      // further back, for the logs a shared subscription may have missed, and a log of an earlier
+      // block is not this subscription's to receive or pay for, removed or not.
+      const since = kind === 'logs' ? feed.lastNumber : undefined;
+      const own: HubListener =
+        since === undefined
+          ? (event) => listener(event)
+          : (event) => {
+              if (event.blockNumber === undefined || event.blockNumber > since) listener(event);
+            };
       entry.listeners.add(own);
       const target = entry;
       let settle: (() => void) | undefined;
