@@ -437,7 +437,7 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
     client.ws.close();
   }, 60_000);
 
-  it('a logs subscription made just before a move is back-filled from where it started: no log of an earlier block', async () => {
+  it('a logs subscription made just before a move is back-filled from where it started (no log of an earlier block); the head mined during the move arrives at once', async () => {
     const address = await deployPing(anvil);
     const client = await openClient(wsUrl(gateway, 'late'));
     const heads = (await client.call('eth_subscribe', ['newHeads'])).result as string;
@@ -456,6 +456,10 @@ describe('WebSocket subscriptions: failover, sharing, metering, bounds', () => {
     const after = await ping(anvil, address);
     await until(() => events(logs).some((log) => log.transactionHash === after), 'the log mined after the move', 10_000);
     expect(standby.subscribeCalls).toContain('logs');
+    // The head of that block too, without waiting for another block: the new upstream's latest is
+    // caught up to once its subscriptions exist.
+    const afterBlock = Number(await directRpc(anvil.url, 'eth_blockNumber', []));
+    await until(() => events(heads).some((head) => Number(head.number) === afterBlock), 'the head mined during the move', 10_000);
     // Only what was mined after the subscription: the back-fill's margin reaches back into the
     // three earlier blocks, whose logs this subscription never asked for (nor pays for).
     // A block after that one: once its head is here, every event before it has been delivered

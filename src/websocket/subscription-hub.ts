@@ -259,6 +259,24 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
     }
   }
 
+  /**
+   * After a move: the heads mined while no upstream carried the stream, up to the new upstream's
+   * latest block now (its live stream brings the later ones), rather than at its next block, which
+   * on a quiet chain can be long in coming. False when the socket was left meanwhile.
+   */
+  async function catchUpHeads(feed: Feed, socket: UpstreamSocket, generation: number): Promise<boolean> {
+    if (feed.lastNumber === undefined) return true;
+    const timeoutMs = deps.network(feed.networkId)?.requestTimeoutMs ?? 10_000;
+    const latest = await socket.request('eth_getBlockByNumber', ['latest', false], timeoutMs);
+    if (generation !== feed.generation) return false;
+    if (latest === null || typeof latest !== 'object') return true;
+    const header = headerOf(latest as Record<string, unknown>);
+    if (feed.seenHeads.has(String(header.hash)) || !(toNumber(header.number) > feed.lastNumber)) return true;
+    await catchUp(feed, socket, header);
+    deliverHead(feed, header);
+    return true;
+  }
+
   function onHead(feed: Feed, generation: number, socket: UpstreamSocket, result: unknown): void {
     if (result === null || typeof result !== 'object') return;
     enqueueEvent(feed, generation, async () => {
@@ -379,6 +397,7 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
         for (const entry of feed.entries.values()) await subscribeEntry(feed, entry, socket, generation);
         if (!moved) return;
         failure = 'backfill_failed';
+        if (!(await catchUpHeads(feed, socket, generation))) return;
         // Only logs subscriptions the move interrupted: one made meanwhile was confirmed on this socket.
         for (const entry of feed.entries.values()) {
           if (entry.kind !== 'logs' || !entry.backfill) continue;
