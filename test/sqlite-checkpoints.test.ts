@@ -11,6 +11,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createSqliteStore, type SqliteStoreOptions } from '../src/store/sqlite-store.js';
 import { startSqliteCheckpointer } from '../src/store/sqlite-checkpointer.js';
 import type { ChargeSubject, Store } from '../src/store/index.js';
+import { until } from './helpers/until.js';
 
 const tempDir = mkdtempSync(join(tmpdir(), 'tollgate-checkpoints-'));
 afterAll(() => rmSync(tempDir, { recursive: true, force: true }));
@@ -28,19 +29,30 @@ function openStoreAt(options: Omit<SqliteStoreOptions, 'path'> = {}): { store: S
   return { store, path };
 }
 
-/** Requests in `usage` as the database file alone tells (0 if not even the table reached it). */
-function checkpointedRequests(path: string): number {
+/**
+ * Requests in `usage` as the database file alone tells (0 if not even the table reached it), or
+ * undefined when the copy caught a checkpoint half-way through writing its pages into the file (a
+ * torn copy reads as malformed): the caller polling a running checkpointer reads again.
+ */
+function checkpointedRequests(path: string): number | undefined {
   const copy = join(tempDir, `copy-${randomBytes(4).toString('hex')}.db`);
   copyFileSync(path, copy);
-  const db = new Database(copy, { readonly: true });
+  let db: Database.Database | undefined;
   try {
+    db = new Database(copy, { readonly: true });
     const table = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'usage'").get();
     if (table === undefined) return 0;
     return (db.prepare('SELECT COALESCE(SUM(requests), 0) AS requests FROM usage').get() as { requests: number }).requests;
+  } catch (error) {
+    if (TORN_COPY_CODES.has((error as { code?: string }).code ?? '')) return undefined;
+    throw error;
   } finally {
-    db.close();
+    db?.close();
   }
 }
+
+/** What SQLite says of a file whose pages were copied while a checkpoint was writing them. */
+const TORN_COPY_CODES = new Set(['SQLITE_CORRUPT', 'SQLITE_NOTADB']);
 
 /** `count` charges, each in its own transaction (one awaited ledger call each). */
 async function chargeOneByOne(store: Store, count: number): Promise<void> {
@@ -63,13 +75,6 @@ async function chargeOneByOne(store: Store, count: number): Promise<void> {
   }
 }
 
-async function eventually(check: () => boolean, timeoutMs = 5_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
 
 describe('SQLite WAL checkpoints', () => {
   it('a store without background checkpoints checkpoints inside its commits once the WAL passes 1000 pages', async () => {
@@ -93,9 +98,9 @@ describe('SQLite WAL checkpoints', () => {
     const { store, path } = openStoreAt({ backgroundCheckpoints: { intervalMs: 50, onError: (error) => errors.push(error) } });
     // Far below the 1000-page threshold: no automatic checkpoint would run for these.
     await chargeOneByOne(store, 10);
-    await eventually(() => checkpointedRequests(path) === 10);
+    await until(() => checkpointedRequests(path) === 10, 'the 10 charges in the database file');
     await chargeOneByOne(store, 5);
-    await eventually(() => checkpointedRequests(path) === 15);
+    await until(() => checkpointedRequests(path) === 15, 'the 15 charges in the database file');
     expect(errors).toEqual([]);
   });
 
