@@ -262,19 +262,17 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
   /**
    * After a move: the heads mined while no upstream carried the stream, up to the new upstream's
    * latest block now (its live stream brings the later ones), rather than at its next block, which
-   * on a quiet chain can be long in coming. False when the socket was left meanwhile.
+   * on a quiet chain can be long in coming. Nothing when the socket was left meanwhile.
    */
-  async function catchUpHeads(feed: Feed, socket: UpstreamSocket, generation: number): Promise<boolean> {
-    if (feed.lastNumber === undefined) return true;
+  async function catchUpHeads(feed: Feed, socket: UpstreamSocket, generation: number): Promise<void> {
+    if (feed.lastNumber === undefined) return;
     const timeoutMs = deps.network(feed.networkId)?.requestTimeoutMs ?? 10_000;
     const latest = await socket.request('eth_getBlockByNumber', ['latest', false], timeoutMs);
-    if (generation !== feed.generation) return false;
-    if (latest === null || typeof latest !== 'object') return true;
+    if (generation !== feed.generation || latest === null || typeof latest !== 'object') return;
     const header = headerOf(latest as Record<string, unknown>);
-    if (feed.seenHeads.has(String(header.hash)) || !(toNumber(header.number) > feed.lastNumber)) return true;
+    if (feed.seenHeads.has(String(header.hash)) || !(toNumber(header.number) > feed.lastNumber)) return;
     await catchUp(feed, socket, header);
     deliverHead(feed, header);
-    return true;
   }
 
   function onHead(feed: Feed, generation: number, socket: UpstreamSocket, result: unknown): void {
@@ -397,13 +395,15 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
         for (const entry of feed.entries.values()) await subscribeEntry(feed, entry, socket, generation);
         if (!moved) return;
         failure = 'backfill_failed';
-        if (!(await catchUpHeads(feed, socket, generation))) return;
         // Only logs subscriptions the move interrupted: one made meanwhile was confirmed on this socket.
         for (const entry of feed.entries.values()) {
           if (entry.kind !== 'logs' || !entry.backfill) continue;
           if (!(await backfillLogs(feed, entry, socket, generation))) return;
           entry.backfill = false;
         }
+        // Heads last: the logs back-fills start from the last head delivered before the move, so
+        // one that fails is asked again by the next upstream from that same block.
+        await catchUpHeads(feed, socket, generation);
       } catch (error) {
         // The new upstream failed mid-way, or a back-fill could not be had: it is dropped too, and
         // the next one is tried. A back-fill that failed is asked again by the next upstream from
