@@ -62,8 +62,11 @@ export function createExecution(
   };
 }
 
-/** The execution a probe runs in: no candidates, no check, its own deadline. */
-export function probeExecution(method: string, deadline: number): Execution {
+/**
+ * The execution of one call made on the gateway's own behalf (a health probe, a transaction
+ * lookup): no candidates, no check, its own deadline, the same params for every upstream.
+ */
+export function probeExecution(method: string, deadline: number, params: unknown[] = []): Execution {
   return {
     method,
     deadline,
@@ -72,7 +75,7 @@ export function probeExecution(method: string, deadline: number): Execution {
     attempts: [],
     running: new Set(),
     check: undefined,
-    paramsFor: () => [],
+    paramsFor: () => params,
     takeCandidate: () => undefined,
     peekCandidate: () => undefined,
     othersThan: () => [],

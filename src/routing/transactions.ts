@@ -6,6 +6,7 @@ import type { ProviderSpend } from './upstream-price.js';
 import { failed, forwardOutcomeOf, type ForwardOutcome } from './call-outcome.js';
 import { attemptEachCandidate, attemptOf, FAILED, isListedFailure, isNullResult, type Attempt, type Execution, type RoutedUpstream } from './policies/types.js';
 import type { StatefulRouteDeps } from './stateful-deps.js';
+import { probeExecution } from './executions.js';
 
 /**
  * `eth_sendRawTransaction` (docs/routing.md#transactions): never hedged, and never answered with a
@@ -71,7 +72,7 @@ export function createTransactionCalls(deps: StatefulRouteDeps): TransactionCall
   function found(hash: string, deadline: number): Promise<boolean> {
     const asked = upstreams.filter((upstream) => upstream.health.isAvailable());
     if (asked.length === 0 || clock.now() >= deadline) return Promise.resolve(false);
-    const lookup = lookupExecution(hash, deadline);
+    const lookup = probeExecution('eth_getTransactionByHash', deadline, [hash]);
     const controller = new AbortController();
     return new Promise((resolve) => {
       let pending = asked.length;
@@ -162,22 +163,5 @@ export function createTransactionCalls(deps: StatefulRouteDeps): TransactionCall
       const hash = transactionHashOf(upstreamParams(prepared, upstreams[0]!.config));
       return deps.network.broadcast ? toEveryone(execution, candidates, hash) : oneAfterAnother(execution, candidates, hash);
     },
-  };
-}
-
-/** The execution of one `eth_getTransactionByHash` lookup: no candidates, no check. */
-function lookupExecution(hash: string, deadline: number): Execution {
-  return {
-    method: 'eth_getTransactionByHash',
-    deadline,
-    trace: undefined,
-    attemptsStarted: 0,
-    attempts: [],
-    running: new Set(),
-    check: undefined,
-    paramsFor: () => [hash],
-    takeCandidate: () => undefined,
-    peekCandidate: () => undefined,
-    othersThan: () => [],
   };
 }
