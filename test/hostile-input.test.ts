@@ -10,7 +10,7 @@ import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { rpcServerOptions } from '../src/server/rpc-handler.js';
+import { rpcServerOptions } from '../src/server/http-connections.js';
 import { parseConfig } from '../src/config/load.js';
 import { startSampleDasServer, type SampleDasServer } from '../src/devnet/sample-das/index.js';
 import { CLI, ensureBuilt } from './helpers/build.js';

@@ -83,19 +83,28 @@ export function internalError(error: unknown): GatewayError {
   return new GatewayError('TG_ERR_INTERNAL', undefined, undefined, undefined, error);
 }
 
-function subjectOf(call: PreparedCall, network: NetworkRuntime, auth: KeyWithTeam, nowMs: number): ChargeSubject {
+/**
+ * What one charge is against: the team and key, the method and its cost on the day. Calls a client
+ * makes fall under its team's throughput limit; subscription events (paced by the chain, not by
+ * the client) do not.
+ */
+export function chargeSubject(auth: KeyWithTeam, networkId: string, method: string, cost: number, nowMs: number, throughputLimited = true): ChargeSubject {
   return {
     teamId: auth.team.id,
     keyId: auth.key.id,
-    network: network.config.id,
-    // Unlisted names are the client's text: counted as `other`, so usage and metric labels stay bounded.
-    method: call.unlisted === true ? 'other' : call.method,
-    cost: call.cost,
+    network: networkId,
+    method,
+    cost,
     day: utcDay(nowMs),
     teamDailyCredits: auth.team.dailyCredits,
     keyDailyCap: auth.key.dailyCap,
-    teamCreditsPerSecond: auth.team.creditsPerSecond,
+    teamCreditsPerSecond: throughputLimited ? auth.team.creditsPerSecond : null,
   };
+}
+
+function subjectOf(call: PreparedCall, network: NetworkRuntime, auth: KeyWithTeam, nowMs: number): ChargeSubject {
+  // Unlisted names are the client's text: counted as `other`, so usage and metric labels stay bounded.
+  return chargeSubject(auth, network.config.id, call.unlisted === true ? 'other' : call.method, call.cost, nowMs);
 }
 
 /** The error a refused ledger operation becomes (402 or 429 for a single request). */

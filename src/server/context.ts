@@ -7,7 +7,7 @@ import { bounded } from '../logging/redaction.js';
 import type { RequestFacts, RequestSpan } from '../tracing/tracing.js';
 
 /**
- * Everything one HTTP request went through, filled in stage by stage. The log line, the metrics
+ * Everything one request (an HTTP request or a WebSocket message) went through, filled in stage by stage. The log line, the metrics
  * and the response headers all read this one record, so they cannot disagree.
  */
 export interface RequestContext {
@@ -16,6 +16,11 @@ export interface RequestContext {
   startedAt: number;
   /** The client's connection: an answer is only charged while it can still be written there. */
   socket: Socket | undefined;
+  /**
+   * For a request that does not own its connection (a WebSocket message): true once its answer
+   * can no longer be sent there (the connection closed or is closing).
+   */
+  clientLeft: (() => boolean) | undefined;
   /** Set once the response's head is being written (a late client error must not write another). */
   responding: boolean;
   /** Its response: a client error on the connection is answered after it (or through it, for a timeout). */
@@ -74,16 +79,18 @@ export const CLIENT_CLOSED_REQUEST = 499;
  */
 export function clientGone(ctx: RequestContext): boolean {
   const socket = ctx.socket;
-  return socket !== undefined && (socket.destroyed || !socket.writable);
+  if (socket !== undefined) return socket.destroyed || !socket.writable;
+  return ctx.clientLeft !== undefined && ctx.clientLeft();
 }
 
-export function createRequestContext(requestId: string, socket?: Socket, response?: ServerResponse): RequestContext {
+export function createRequestContext(requestId: string, socket?: Socket, response?: ServerResponse, clientLeft?: () => boolean): RequestContext {
   // Every field is present from the start, so every context has one hidden class: adding them
   // stage by stage would reshape each object several times per request.
   return {
     requestId,
     startedAt: performance.now(),
     socket,
+    clientLeft,
     responding: false,
     response,
     networkId: undefined,

@@ -1,21 +1,20 @@
-import type { IncomingHttpHeaders, IncomingMessage, ServerOptions, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { asksNoCache } from '../cache/cache-control.js';
-import type { Socket } from 'node:net';
-import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
-import { ERROR_REGISTRY, GatewayError, toHttpStatus, type GatewayErrorCode } from '../errors.js';
+import { GatewayError, toHttpStatus } from '../errors.js';
 import { errorReply, NULL_ID, parseBody, replyBody, serialiseBatch, serialiseReply, type EnvelopeLimits } from '../jsonrpc/envelope.js';
-import { checkNetworkAllowed, type AuthenticatedKey, type Authenticator } from '../auth/authenticator.js';
-import { rejected, type ItemRules } from '../auth/key-policy.js';
-import { compileIpRanges, compileOrigins } from '../auth/key-settings.js';
+import { rejected } from '../auth/key-policy.js';
+import { compileIpRanges } from '../auth/key-settings.js';
 import { clientAddressOf } from '../auth/client-address.js';
-import { preflightHeaders, pushCorsHeaders, setCorsHeaders } from './cors.js';
+import { preflightHeaders, pushCorsHeaders } from './cors.js';
 import type { GatewayConfig } from '../config/schema.js';
-import { bounded, logScrubber, pathForLog, type Logger } from '../logging/logger.js';
-import { CLIENT_CLOSED_REQUEST, clientGone, createRequestContext, MAX_LOGGED_REASON, requestLogFields, type RequestContext } from './context.js';
-import { abandonBodyRead, BodyTooLargeError, readBody, RequestClosedError } from './request-reader.js';
+import { logScrubber, pathForLog, type Logger } from '../logging/logger.js';
+import { CLIENT_CLOSED_REQUEST, clientGone, createRequestContext, requestLogFields, type RequestContext } from './context.js';
+import { BodyTooLargeError, readBody, RequestClosedError } from './request-reader.js';
 import { CLIENT_LEFT, type CallDispatcher } from './call-dispatch.js';
 import { whenWritten } from './answer-delivery.js';
+import type { Admitter } from './admission.js';
+import { createConnectionHandlers, trackRequest, type ConnectionHandlers } from './http-connections.js';
 import type { Meter } from '../metering/meter.js';
 import { utcDay } from '../metering/meter.js';
 import type { KeyWithTeam } from '../store/index.js';
@@ -40,7 +39,8 @@ export interface RpcHandlerDeps {
   acquireNetworks: () => NetworkSet;
   /** True while draining: responses tell keep-alive clients to close their connection. */
   draining: () => boolean;
-  authenticator: Authenticator;
+  /** Who may call: the same decision the WebSocket endpoint takes. */
+  admitter: Admitter;
   /** Turns a parsed body into replies: the request path shared with the WebSocket endpoint. */
   calls: CallDispatcher;
   meter: Meter;
@@ -52,47 +52,8 @@ export interface RpcHandlerDeps {
   startTrace?: ((headers: IncomingHttpHeaders) => RequestSpan | undefined) | undefined;
 }
 
-export interface RpcHandler {
+export interface RpcHandler extends ConnectionHandlers {
   (req: IncomingMessage, res: ServerResponse): void;
-  /**
-   * The server's `clientError` listener: bytes Node's HTTP parser refuses, headers too large, and
-   * slow clients cut off by `headersTimeoutMs` / `receiveTimeoutMs` get a JSON-RPC error
-   * (400, 431, 408) and the connection is closed.
-   */
-  clientError(error: Error & { code?: string }, socket: Duplex): void;
-  /**
-   * The server's `checkContinue` listener (`Expect: 100-continue`). Node's own would write the
-   * interim `100 Continue` of a pipelined request into the middle of the response before it (its
-   * head, then `100 Continue`, then its body); a request whose response cannot be written yet gets
-   * no interim response (RFC 9110 allows omitting it: the client has sent its body already, or
-   * sends it after its timeout).
-   */
-  checkContinue(req: IncomingMessage, res: ServerResponse): void;
-  /**
-   * The server's `connection` listener: Node ends a connection after a response that closes it
-   * (the client's `Connection: close`, HTTP/1.0, a 413, draining) with `destroySoon`, a reset if
-   * the client's bytes are unread; on the RPC listener it closes gracefully instead.
-   */
-  connection(socket: Socket): void;
-}
-
-/**
- * Node's server options for the RPC listener. Node enforces its header and request timeouts by
- * checking connections every `connectionsCheckingInterval` (30 s by default, which let a slow
- * client hold a connection up to 30 s past either bound); checking every second (or a quarter
- * of the shorter bound, when bounds are that short) keeps the documented bounds within a second.
- */
-export function rpcServerOptions(server: GatewayConfig['server']): ServerOptions {
-  const shortest = Math.min(server.headersTimeoutMs, server.receiveTimeoutMs);
-  return {
-    keepAliveTimeout: server.keepAliveTimeoutMs,
-    headersTimeout: server.headersTimeoutMs,
-    requestTimeout: server.receiveTimeoutMs,
-    connectionsCheckingInterval: Math.max(10, Math.min(1_000, Math.floor(shortest / 4))),
-    // Node would answer an HTTP/1.1 request without Host with a bare 400 of its own; the handler
-    // answers it with a JSON-RPC error instead (same status, same close).
-    requireHostHeader: false,
-  };
 }
 
 /** `{ name: value }` as the flat `[name, value, ...]` list `send` takes. */
@@ -132,46 +93,6 @@ function prefixesOf(networks: NetworkSet): string[] {
   return prefixes;
 }
 
-/** How long a closing connection keeps draining what its client still sends. */
-const LINGER_MS = 2_000;
-/** The same for a client cut off for being slow: its connection must close within a second of the bound. */
-const TIMEOUT_LINGER_MS = 200;
-
-/**
- * Closes a connection without losing what was written to it. Closing a TCP socket that still has
- * unread bytes from the client sends a reset, and a reset makes the client's side drop every
- * answer it has not read yet, earlier pipelined ones included (answers already charged). So: send
- * FIN after what was written, keep reading and dropping whatever the client still sends, and
- * destroy once it closes its side, or after {@link LINGER_MS} (a lingering close, as nginx does).
- */
-function closeGracefully(socket: Socket, lingerMs = LINGER_MS): void {
-  if (socket.destroyed || (socket as TrackedSocket)[CLOSING] === true) return;
-  (socket as TrackedSocket)[CLOSING] = true;
-  socket.end();
-  socket.resume();
-  const timer = setTimeout(() => socket.destroy(), lingerMs);
-  timer.unref();
-  socket.once('close', () => clearTimeout(timer));
-}
-
-/** Status line reasons of the statuses a client error is answered with. */
-const CLIENT_ERROR_REASONS: Record<number, string> = { 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' };
-
-function clientErrorCode(code: string | undefined): GatewayErrorCode {
-  if (code === 'ERR_HTTP_REQUEST_TIMEOUT') return 'TG_ERR_REQUEST_TIMEOUT';
-  if (code === 'HPE_HEADER_OVERFLOW') return 'TG_ERR_HEADERS_TOO_LARGE';
-  return 'TG_ERR_BAD_HTTP';
-}
-
-/** The last request that started on a connection (kept until the next one), for a client error to wait for or answer through. */
-const PENDING_REQUEST = Symbol('tollgate.pendingRequest');
-/** Set once a connection's client error was answered. */
-const CLIENT_ERROR_SEEN = Symbol('tollgate.clientErrorSeen');
-/** Set once a connection is closing gracefully: what the client still sends is only drained. */
-const CLOSING = Symbol('tollgate.closing');
-/** How long this connection lingers when it closes, when not {@link LINGER_MS}. */
-const LINGER = Symbol('tollgate.linger');
-type TrackedSocket = Socket & { [PENDING_REQUEST]?: RequestContext; [CLIENT_ERROR_SEEN]?: boolean; [CLOSING]?: boolean; [LINGER]?: number };
 
 export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
   const { server: serverConfig, logger } = deps;
@@ -183,7 +104,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     maxParamsBytes: serverConfig.maxParamsBytes,
   };
   // Which origins' pages may read answers at all; a key's own origin list narrows it.
-  const corsAllows = compileOrigins(serverConfig.cors.allowedOrigins);
+  const corsAllows = deps.admitter.gatewayAllowsOrigin;
   const trustedProxies = serverConfig.trustedProxies.length > 0 ? compileIpRanges(serverConfig.trustedProxies) : undefined;
 
   /**
@@ -237,6 +158,13 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     return ['x-credits-cost', String(ctx.creditsCharged), 'x-credits-remaining', String(Math.max(0, auth.team.dailyCredits - teamUsed))];
   }
 
+  /** A rejection of an authenticated request: it carries the team's credit headers. */
+  async function rejectWithCredits(res: ServerResponse, ctx: RequestContext, auth: KeyWithTeam, error: GatewayError): Promise<void> {
+    const credits = await creditHeaders(auth, ctx);
+    for (let index = 0; index < credits.length; index += 2) res.setHeader(credits[index]!, credits[index + 1]!);
+    reject(res, ctx, error);
+  }
+
   async function handle(
     req: IncomingMessage,
     headers: IncomingHttpHeaders,
@@ -269,45 +197,30 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
       return reject(res, ctx, new GatewayError('TG_ERR_MEDIA_TYPE'));
     }
 
-    // Authenticate before reading the body: unknown keys cost no parsing.
-    const authenticated = deps.authenticator.authenticate(apiKey);
-    const auth = authenticated instanceof Promise ? await authenticated : authenticated;
-    ctx.keyId = auth.key.id;
-    ctx.teamId = auth.team.id;
-    // From here on the team is known: even a rejection carries the credit headers.
-    const rejectWithCredits = async (error: GatewayError) => {
-      const credits = await creditHeaders(auth, ctx);
-      for (let index = 0; index < credits.length; index += 2) res.setHeader(credits[index]!, credits[index + 1]!);
-      reject(res, ctx, error);
-    };
-    try {
-      checkNetworkAllowed(auth, network.config.id);
-    } catch (error) {
-      return rejectWithCredits(error as GatewayError);
+    // Admitted before reading the body: unknown keys cost no parsing.
+    const admitting = deps.admitter.admit(apiKey, network.config.id, {
+      origin,
+      userAgent: headers['user-agent'],
+      authorization: headers.authorization,
+      clientAddress: () => clientAddressOf(req.socket.remoteAddress, headers['x-forwarded-for'], trustedProxies),
+    });
+    const admission = admitting instanceof Promise ? await admitting : admitting;
+    const known = admission.auth;
+    if (known !== undefined) {
+      ctx.keyId = known.key.id;
+      ctx.teamId = known.team.id;
     }
-    // A page of an origin the gateway does not serve: refused before anything runs.
-    if (origin !== undefined && ctx.corsOrigin === undefined) return rejectSettings(rejected('origin'), ctx, rejectWithCredits);
-    // Key settings: nothing to do (and nothing paid) for a key without any.
-    let itemRules: ItemRules | undefined;
-    const policy = auth.policy;
-    if (policy !== undefined) {
-      if (ctx.corsOrigin !== undefined && !policy.allowsOrigin(ctx.corsOrigin)) ctx.corsOrigin = undefined;
-      try {
-        const admitting = policy.admit({
-          origin,
-          userAgent: headers['user-agent'],
-          authorization: headers.authorization,
-          clientAddress: () => clientAddressOf(req.socket.remoteAddress, headers['x-forwarded-for'], trustedProxies),
-        });
-        const admission = admitting instanceof Promise ? await admitting : admitting;
-        // The key secret overrides the key's origin list too.
-        if (admission.secret && origin !== undefined && corsAllows(origin)) ctx.corsOrigin = origin;
-        itemRules = admission.items;
-      } catch (error) {
-        if (!(error instanceof GatewayError)) throw error;
-        return rejectSettings(error, ctx, rejectWithCredits);
-      }
+    // The key's origin list decides whether the page may read the answer; its secret overrides it.
+    const secret = admission.kind === 'admitted' && admission.secret;
+    if (ctx.corsOrigin !== undefined && !secret && known?.policy !== undefined && (admission.kind === 'admitted' || admission.bySettings) && !known.policy.allowsOrigin(ctx.corsOrigin)) {
+      ctx.corsOrigin = undefined;
     }
+    if (admission.kind === 'refused') {
+      if (admission.rule !== undefined) (ctx.ruleRejections ??= []).push(admission.rule);
+      // Once the team is known, even a rejection carries the credit headers.
+      return known === undefined ? reject(res, ctx, admission.error) : rejectWithCredits(res, ctx, known, admission.error);
+    }
+    const { auth, rules: itemRules } = admission;
 
     let body: Buffer;
     try {
@@ -315,7 +228,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     } catch (error) {
       if (error instanceof BodyTooLargeError) {
         res.setHeader('connection', 'close');
-        return rejectWithCredits(new GatewayError('TG_ERR_BODY_TOO_LARGE', `request body larger than ${serverConfig.maxBodyBytes} bytes`));
+        return rejectWithCredits(res, ctx, auth, new GatewayError('TG_ERR_BODY_TOO_LARGE', `request body larger than ${serverConfig.maxBodyBytes} bytes`));
       }
       if (error instanceof RequestClosedError) {
         // Nothing was executed or charged and no one is left to answer: logged and counted as 499
@@ -327,7 +240,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     }
 
     const parsed = parseBody(body, limits);
-    if (parsed.kind === 'rejected') return rejectWithCredits(parsed.error);
+    if (parsed.kind === 'rejected') return rejectWithCredits(res, ctx, auth, parsed.error);
     // Gone already (reset, half-closed, or refused bytes after its body): nothing is worth sending upstream.
     if (clientGone(ctx)) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
 
@@ -359,12 +272,6 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     send(res, ctx, 200, serialiseBatch(answered), responseHeaders);
   }
 
-  /** A refusal by key settings (counted by rule type) or by the key's credentials. */
-  function rejectSettings(error: GatewayError, ctx: RequestContext, rejectWithCredits: (error: GatewayError) => Promise<void>): Promise<void> {
-    if (error.code === 'TG_ERR_KEY_SETTINGS') (ctx.ruleRejections ??= []).push((error.data as { rule: string }).rule);
-    return rejectWithCredits(error);
-  }
-
   /**
    * A CORS preflight: answered 204 before anything else, never charged. Only the origin rules
    * apply (the gateway's, and the key's when the path names a known key); an unknown or missing
@@ -374,21 +281,15 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     if (ctx.corsOrigin === undefined) return reject(res, ctx, rejected('origin'));
     const apiKey = resolved.kind === 'found' ? resolved.value.apiKey : undefined;
     if (apiKey !== undefined) {
-      let auth: AuthenticatedKey | undefined;
-      try {
-        const authenticated = deps.authenticator.authenticate(apiKey);
-        auth = authenticated instanceof Promise ? await authenticated : authenticated;
-      } catch {
-        auth = undefined; // unknown, revoked, or the store is unreachable: the actual request says so
-      }
+      const { allowed, auth } = await deps.admitter.keyAllowsOrigin(apiKey, origin);
       if (auth !== undefined) {
         ctx.keyId = auth.key.id;
         ctx.teamId = auth.team.id;
-        if (auth.policy !== undefined && !auth.policy.allowsOrigin(origin)) {
-          ctx.corsOrigin = undefined;
-          (ctx.ruleRejections ??= []).push('origin');
-          return reject(res, ctx, rejected('origin'));
-        }
+      }
+      if (!allowed) {
+        ctx.corsOrigin = undefined;
+        (ctx.ruleRejections ??= []).push('origin');
+        return reject(res, ctx, rejected('origin'));
       }
     }
     const requested = headers['access-control-request-headers'];
@@ -434,10 +335,9 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
   const handler = ((req, res) => {
     // `req.headers` is a getter with a cost: read once, passed along.
     const headers = req.headers;
-    const socket: TrackedSocket = req.socket;
-    const ctx = createRequestContext(requestIdOf(headers['x-request-id']), socket, res);
+    const ctx = createRequestContext(requestIdOf(headers['x-request-id']), req.socket, res);
     if (startTrace !== undefined) ctx.trace = startTrace(headers);
-    socket[PENDING_REQUEST] = ctx;
+    trackRequest(req.socket, ctx);
     const networks = deps.acquireNetworks();
     handle(req, headers, res, ctx, networks).then(
       () => whenWritten(res, ctx, deps.meter, logger, () => finish(req, headers, ctx, networks)),
@@ -459,85 +359,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
       },
     );
   }) as RpcHandler;
+  Object.assign(handler, createConnectionHandlers({ handle: handler, logger, nextRequestId }));
 
-  handler.connection = (socket) => {
-    socket.destroySoon = () => closeGracefully(socket, (socket as TrackedSocket)[LINGER]);
-  };
-
-  handler.checkContinue = (req, res) => {
-    if (res.socket !== null && !res.socket.destroyed) {
-      res.writeContinue();
-    } else {
-      // No interim response for a pipelined request: its client sent its body with it. Node would
-      // then close the connection after this response (a client waiting for `100 Continue` might
-      // still send its body), dropping the answers pipelined after it; this one is not waiting.
-      (res as ServerResponse & { _expect_continue?: boolean })._expect_continue = false;
-    }
-    handler(req, res);
-  };
-
-  /** Writes a client error's answer straight to the connection, closes it gracefully, logs it on a line of its own. */
-  function answerClientError(socket: Socket, code: GatewayErrorCode, reason: string | undefined, lingerMs: number): void {
-    // Already closing after a response that ended the connection: nothing more is written.
-    if ((socket as TrackedSocket)[CLOSING] === true) return;
-    if (socket.destroyed || !socket.writable) return void socket.destroy();
-    const status = ERROR_REGISTRY[code].httpStatus;
-    const requestId = nextRequestId();
-    const body = serialiseReply(errorReply(NULL_ID, new GatewayError(code)));
-    const head = `HTTP/1.1 ${status} ${CLIENT_ERROR_REASONS[status] ?? 'Bad Request'}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nX-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n`;
-    socket.write(Buffer.concat([Buffer.from(head, 'latin1'), body]));
-    // Like Node's own handler, the connection is done; unlike it, without a reset (see closeGracefully).
-    closeGracefully(socket, lingerMs);
-    if (logger.isLevelEnabled('info')) {
-      logger.info({ requestId, status, error: code, reason: bounded(reason ?? 'unknown', MAX_LOGGED_REASON) }, 'request');
-    }
-  }
-
-  /**
-   * Answers the request still being received on a connection (the one refused bytes broke, or a
-   * slow one) with a client error, through its own response: Node writes it after any answer
-   * pipelined before it, then ends the connection (gracefully, see `connection`). Its handler,
-   * waiting for a body that will not come, is told to stop and logs it with this status.
-   */
-  function answerThrough(ctx: RequestContext, response: ServerResponse, code: GatewayErrorCode, lingerMs: number): void {
-    ctx.responding = true;
-    ctx.httpStatus = ERROR_REGISTRY[code].httpStatus;
-    ctx.errorCode = code;
-    if (ctx.socket !== undefined) (ctx.socket as TrackedSocket)[LINGER] = lingerMs;
-    if (ctx.corsOrigin !== undefined) setCorsHeaders(response, ctx.corsOrigin);
-    const body = serialiseReply(errorReply(NULL_ID, new GatewayError(code)));
-    response.writeHead(ctx.httpStatus, ['content-type', 'application/json', 'content-length', String(body.length), 'x-request-id', ctx.requestId, 'connection', 'close']);
-    response.end(body);
-    abandonBodyRead(response.req);
-  }
-
-  handler.clientError = (error, duplex) => {
-    const socket = duplex as TrackedSocket;
-    // Node's parser stays in error: more bytes on the connection report it again. Answer once.
-    if (socket[CLIENT_ERROR_SEEN] === true || socket[CLOSING] === true) return;
-    socket[CLIENT_ERROR_SEEN] = true;
-    // A reset, a client that closed its side mid-request, a socket already closed: no one to answer.
-    if (error.code === 'ECONNRESET' || error.code === 'HPE_INVALID_EOF_STATE' || !socket.writable || typeof socket.destroySoon !== 'function') {
-      return void socket.destroy();
-    }
-    const code = clientErrorCode(error.code);
-    // A slow client is cut off promptly (the bound is documented): a short linger only keeps its
-    // answer from being lost to a reset.
-    const lingerMs = code === 'TG_ERR_REQUEST_TIMEOUT' ? TIMEOUT_LINGER_MS : LINGER_MS;
-    // The last request that started on this connection; its response is the last one in order.
-    const latest = socket[PENDING_REQUEST];
-    const response = latest?.response;
-    if (latest === undefined || response === undefined || response.writableFinished || response.destroyed) {
-      return answerClientError(socket, code, error.code, lingerMs);
-    }
-    if (!latest.responding && response.req.complete !== true) return answerThrough(latest, response, code, lingerMs);
-    // Bytes Node refused after requests still being answered (pipelined garbage, anything after a
-    // `Connection: close` request): those answers go out first, then this one, then the close.
-    // Written now, it would go out ahead of them, where the client takes it for their answer.
-    response.once('finish', () => answerClientError(socket, code, error.code, lingerMs));
-    response.once('close', () => {
-      if (!response.writableFinished) socket.destroy();
-    });
-  };
   return handler;
 }

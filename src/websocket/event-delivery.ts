@@ -1,7 +1,7 @@
 import type { Socket } from 'node:net';
 import type { WebSocket } from './ws-library.js';
 import type { AdmissionResult, ChargeSubject } from '../metering/ledger.js';
-import type { Meter } from '../metering/meter.js';
+import type { CallDispatcher } from '../server/call-dispatch.js';
 import type { KeyWithTeam } from '../store/index.js';
 import type { HubEvent, SubscriptionKind } from './subscription-hub.js';
 import { createEventOutbox, createQueueBudget, type EventOutbox, type OverflowScope } from './event-outbox.js';
@@ -82,7 +82,8 @@ export interface DeliveryObserver {
 
 export interface EventDeliveryDeps<C extends DeliveryConnection> {
   limits: { maxQueuedEvents: number; maxBufferedBytes: number; maxProcessQueuedEvents: number; maxProcessQueuedBytes: number };
-  meter: Meter;
+  /** Events are charged, and given back, by the call core, like the calls of the same connection. */
+  charges: Pick<CallDispatcher, 'chargeEvent' | 'giveBackEvent'>;
   observe: DeliveryObserver;
   /** The charge of one event of this price (no throughput limit: events are paced by the chain). */
   subject(connection: C, price: number): ChargeSubject;
@@ -106,7 +107,7 @@ export interface EventDelivery<C extends DeliveryConnection> {
 }
 
 export function createEventDelivery<C extends DeliveryConnection>(deps: EventDeliveryDeps<C>): EventDelivery<C> {
-  const { meter, observe, limits } = deps;
+  const { charges, observe, limits } = deps;
   const budget = createQueueBudget({ maxEvents: limits.maxProcessQueuedEvents, maxBytes: limits.maxProcessQueuedBytes });
 
   /** Why an event for a closing connection was not sent: the metric's few reasons. */
@@ -121,7 +122,7 @@ export function createEventDelivery<C extends DeliveryConnection>(deps: EventDel
 
   /** Gives back the charge of an event that was charged but not written. */
   function giveBack(connection: C, item: QueuedEvent): void {
-    meter.reverse(item.subject!).catch((error: unknown) => deps.giveBackFailed(connection, error));
+    charges.giveBackEvent(item.subject!).catch((error: unknown) => deps.giveBackFailed(connection, error));
   }
 
   /** An event at the head of the queue: waits for its charge, writes it, or gives the charge back. */
@@ -195,7 +196,7 @@ export function createEventDelivery<C extends DeliveryConnection>(deps: EventDel
         charge(item) {
           if (item.price === 0) return;
           item.subject = deps.subject(connection, item.price);
-          item.charged = meter.charge(item.subject);
+          item.charged = charges.chargeEvent(item.subject);
         },
         send: (item) => send(connection, item),
         drop: (item) => drop(connection, item),
