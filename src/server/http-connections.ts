@@ -1,7 +1,7 @@
-import type { IncomingMessage, ServerOptions, ServerResponse } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type ServerOptions, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { ERROR_REGISTRY, GatewayError, type GatewayErrorCode } from '../errors.js';
+import { ERROR_REGISTRY, GatewayError, toHttpStatus, type GatewayErrorCode } from '../errors.js';
 import { errorReply, NULL_ID, serialiseReply } from '../jsonrpc/envelope.js';
 import type { GatewayConfig } from '../config/schema.js';
 import { bounded, type Logger } from '../logging/logger.js';
@@ -57,8 +57,19 @@ function closeGracefully(socket: Socket, lingerMs = LINGER_MS): void {
   socket.once('close', () => clearTimeout(timer));
 }
 
-/** Status line reasons of the statuses a client error is answered with. */
-const CLIENT_ERROR_REASONS: Record<number, string> = { 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' };
+/**
+ * A whole HTTP/1.1 error response, written straight to a connection that has no response object
+ * (a client error Node's parser raised, a refused WebSocket upgrade): the gateway error's status
+ * and JSON-RPC body, `Connection: close`, and `headers` (the error's own, such as Retry-After,
+ * and any given).
+ */
+export function rawErrorResponse(error: GatewayError, headers: Readonly<Record<string, string>> = {}): Buffer {
+  const status = toHttpStatus(error);
+  const body = serialiseReply(errorReply(NULL_ID, error));
+  const lines = [`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}`, 'content-type: application/json', `content-length: ${body.length}`, 'connection: close'];
+  for (const [name, value] of Object.entries({ ...error.headers, ...headers })) lines.push(`${name}: ${value}`);
+  return Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'), body]);
+}
 
 function clientErrorCode(code: string | undefined): GatewayErrorCode {
   if (code === 'ERR_HTTP_REQUEST_TIMEOUT') return 'TG_ERR_REQUEST_TIMEOUT';
@@ -135,9 +146,7 @@ export function createConnectionHandlers(deps: {
     if (socket.destroyed || !socket.writable) return void socket.destroy();
     const status = ERROR_REGISTRY[code].httpStatus;
     const requestId = nextRequestId();
-    const body = serialiseReply(errorReply(NULL_ID, new GatewayError(code)));
-    const head = `HTTP/1.1 ${status} ${CLIENT_ERROR_REASONS[status] ?? 'Bad Request'}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nX-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n`;
-    socket.write(Buffer.concat([Buffer.from(head, 'latin1'), body]));
+    socket.write(rawErrorResponse(new GatewayError(code), { 'x-request-id': requestId }));
     // Like Node's own handler, the connection is done; unlike it, without a reset (see closeGracefully).
     closeGracefully(socket, lingerMs);
     if (logger.isLevelEnabled('info')) {

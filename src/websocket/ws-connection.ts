@@ -135,17 +135,19 @@ export function createFrameSender(maxBufferedBytes: number, logger: Logger): (co
 
 /**
  * Pings every connection every `pingIntervalMs` and terminates one that has not answered within
- * `pongTimeoutMs`. A connection that only listens sends no message to be re-checked on: with every
+ * `pongTimeoutMs`, both by `now`. A connection that only listens sends no message to be re-checked on: with every
  * ping its key is checked again (`recheck`). Returns the stop.
  */
 export function startLiveness(
   connections: ReadonlySet<Connection>,
   settings: { pingIntervalMs: number; pongTimeoutMs: number },
+  now: () => number,
   recheck: (connection: Connection) => void,
 ): () => void {
   const tickMs = Math.max(50, Math.min(1_000, Math.floor(Math.min(settings.pingIntervalMs, settings.pongTimeoutMs) / 2)));
   const ticker = setInterval(() => {
-    const wall = Date.now();
+    // The gateway's clock, like every other deadline: the timer only decides how often to look.
+    const wall = now();
     for (const connection of connections) {
       if (connection.closing) continue;
       if (connection.awaitingPong) {

@@ -201,7 +201,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
       outbox: undefined as unknown as EventOutbox<QueuedEvent>,
       closing: false,
       reason: undefined,
-      lastPingAt: Date.now(),
+      lastPingAt: deps.now(),
       awaitingPong: false,
       messages: 0,
       events: 0,
@@ -353,7 +353,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
     if (admission.error.code !== 'TG_ERR_STORE_UNAVAILABLE') closeConnection(connection, CLOSE_POLICY, 'key_invalid', admission.error.message);
   }
 
-  const stopLiveness = startLiveness(connections, settings, (connection) => {
+  const stopLiveness = startLiveness(connections, settings, deps.now, (connection) => {
     recheckKey(connection).catch((error: unknown) => logger.error({ err: error, connectionId: connection.id }, 'websocket key re-check failed unexpectedly'));
   });
 

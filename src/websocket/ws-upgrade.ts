@@ -1,7 +1,7 @@
 import type { IncomingMessage, Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { toHttpStatus, type GatewayError } from '../errors.js';
-import { errorReply, NULL_ID, serialiseReply } from '../jsonrpc/envelope.js';
+import { rawErrorResponse } from '../server/http-connections.js';
 import type { Logger } from '../logging/logger.js';
 
 /**
@@ -9,17 +9,6 @@ import type { Logger } from '../logging/logger.js';
  * HTTP answer of a refused upgrade (the status and JSON-RPC body the HTTP path gives the same
  * request), and the way back to the HTTP server for an upgrade to anything else.
  */
-
-const STATUS_TEXT: Record<number, string> = {
-  400: 'Bad Request',
-  401: 'Unauthorized',
-  402: 'Payment Required',
-  403: 'Forbidden',
-  404: 'Not Found',
-  429: 'Too Many Requests',
-  500: 'Internal Server Error',
-  503: 'Service Unavailable',
-};
 
 /** `{prefix}/ws/v3/<key>` → `{prefix}/v3/<key>` (what the network resolver reads), or undefined. */
 export function httpPathOf(path: string): string | undefined {
@@ -32,10 +21,7 @@ export function httpPathOf(path: string): string | undefined {
 /** Answers a refused upgrade with its HTTP status and JSON-RPC error, closes, and logs it; returns the status. */
 export function refuseUpgrade(socket: Duplex, error: GatewayError, logger: Logger, fields: Record<string, unknown>): number {
   const status = toHttpStatus(error);
-  const body = serialiseReply(errorReply(NULL_ID, error));
-  const headers = [`HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Error'}`, 'content-type: application/json', `content-length: ${body.length}`, 'connection: close'];
-  for (const [name, value] of Object.entries(error.headers ?? {})) headers.push(`${name}: ${value}`);
-  if (socket.writable) socket.end(Buffer.concat([Buffer.from(`${headers.join('\r\n')}\r\n\r\n`, 'latin1'), body]));
+  if (socket.writable) socket.end(rawErrorResponse(error));
   else socket.destroy();
   if (logger.isLevelEnabled('info')) logger.info({ transport: 'ws', status, error: error.code, ...fields }, 'websocket upgrade refused');
   return status;
