@@ -30,7 +30,8 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Pool } from 'undici';
 import { stringify as toYaml } from 'yaml';
-import { seedAnvil, startAnvil } from '../src/devnet/anvil.js';
+import { seedAnvil } from '../src/devnet/anvil-seed.js';
+import { startAnvil } from '../src/devnet/anvil.js';
 import { ROOT, freePort } from './local-processes.js';
 
 const { values: flags } = parseArgs({

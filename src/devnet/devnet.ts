@@ -8,7 +8,8 @@ import pino from 'pino';
 import { issueKey } from '../admin/key-issuer.js';
 import { issueTeamToken } from '../portal/team-token.js';
 import { openStore, type Store } from '../store/index.js';
-import { seedAnvil, startAnvil, type AnvilNode } from './anvil.js';
+import { seedAnvil } from './anvil-seed.js';
+import { startAnvil, type AnvilNode } from './anvil.js';
 import { watchLauncher } from './launcher-watch.js';
 import { startSampleDasThread, type SampleDasThread } from './sample-das/index.js';
 

@@ -3,7 +3,7 @@ import type { WebSocket } from './ws-library.js';
 import type { AdmissionResult, ChargeSubject } from '../metering/ledger.js';
 import type { CallDispatcher } from '../server/call-dispatch.js';
 import type { KeyWithTeam } from '../store/index.js';
-import type { HubEvent, SubscriptionKind } from './subscription-hub.js';
+import type { HubEvent, SubscriptionKind } from './subscription-types.js';
 import { createEventOutbox, createQueueBudget, type EventOutbox, type OverflowScope } from './event-outbox.js';
 
 /**

@@ -4,7 +4,7 @@ import { createDenyRule } from '../methods/catalogue.js';
 import { globsMatcher } from '../methods/method-globs.js';
 import { DEFAULT_METHOD_COSTS, DEFAULT_PASS_THROUGH_COST } from '../methods/registry.js';
 import type { NetworkRuntime } from '../server/network-runtime.js';
-import type { SubscriptionKind } from './subscription-hub.js';
+import type { SubscriptionKind } from './subscription-types.js';
 
 /**
  * `eth_subscribe` params, validated and normalised once: identical subscriptions (same type,

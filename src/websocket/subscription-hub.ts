@@ -1,5 +1,6 @@
 import { GatewayError } from '../errors.js';
-import type { Logger } from '../logging/logger.js';
+import { createFeedEvents, type Entry, type Feed } from './subscription-feed.js';
+import type { HubDeps, HubListener, SubscriptionHub, SubscriptionKind } from './subscription-types.js';
 import type { UpstreamSocket } from './upstream-socket.js';
 
 /**
@@ -28,87 +29,16 @@ import type { UpstreamSocket } from './upstream-socket.js';
  * resolves when the upstream subscription it shares exists on the carrying socket (made now, or
  * already there). Until then the client gets no answer; if no upstream takes it within the
  * network's `requestTimeoutMs`, `ready` rejects and the client's `eth_subscribe` fails, uncharged.
+ *
+ * This module holds the clients' subscriptions and which upstream socket carries each network's
+ * feed; what the feed does with the events (the deduplication, catch-up and back-fills above) is
+ * in subscription-feed.ts, and the hub's types are in subscription-types.ts.
  */
 
-export type SubscriptionKind = 'newHeads' | 'logs' | 'newPendingTransactions';
+// The hub's interface lives in subscription-types.ts; these two are re-exported for the modules
+// that name them with the hub.
+export type { SubscriptionHub, SubscriptionKind } from './subscription-types.js';
 
-export interface HubEvent {
-  /** The result as JSON text, serialised once for every subscriber. */
-  json: string;
-  /** Its length in bytes (UTF-8), measured once: what each subscriber's queue counts. */
-  bytes: number;
-  /** Logs: the hash of the log's block (one block's logs are charged once per client subscription). */
-  blockHash?: string;
-  /** Logs: the number of the log's block (a subscription takes no log of a block before it began). */
-  blockNumber?: number;
-}
-
-export type HubListener = (event: HubEvent) => void;
-
-export interface SubscriptionCandidate {
-  id: string;
-  wsUrl: string;
-  /** The upstream's probed head (if health probes run): tells whether the carrying upstream fell behind. */
-  probedHead(): number | undefined;
-}
-
-export interface HubNetwork {
-  /** Upstreams with a `wsUrl`, in the network's routing order (healthiest first). */
-  candidates(): SubscriptionCandidate[];
-  stallTimeoutMs: number;
-  reconnectDelayMs: number;
-  requestTimeoutMs: number;
-}
-
-export interface HubObserver {
-  /** An upstream subscription was made (+1) or ended (-1). */
-  upstreamSubscriptions?(network: string, kind: SubscriptionKind, delta: number): void;
-  /** The network's subscriptions moved off an upstream (`closed`, `stalled`). */
-  failover?(network: string, upstream: string, reason: string): void;
-}
-
-export interface HubDeps {
-  /** The current config of a network, or undefined if it is no longer configured. */
-  network(networkId: string): HubNetwork | undefined;
-  connect(networkId: string, candidate: SubscriptionCandidate, onClose: (reason: string) => void): Promise<UpstreamSocket>;
-  /**
-   * The logs matching `filter` in blocks `fromBlock`…`toBlock`, for a back-fill: asked the way a
-   * client's `eth_getLogs` is (split to the upstreams' ranges, the response cache, failover over
-   * the network's upstreams), uncharged. In block order; rejects when the logs of some blocks
-   * could not be had (never a partial list).
-   */
-  getLogs(networkId: string, filter: Readonly<Record<string, unknown>>, fromBlock: number, toBlock: number): Promise<unknown[]>;
-  logger: Logger;
-  now?: () => number;
-  observe?: HubObserver;
-}
-
-export interface HubSubscription {
-  /**
-   * Resolves once every later event will reach the listener: the upstream subscription exists.
-   * Rejects (TG_ERR_UPSTREAMS_TIMED_OUT) when no upstream took it within the network's request timeout.
-   */
-  ready: Promise<void>;
-  /** Removes the listener (and the upstream subscription with its last listener). */
-  unsubscribe(): void;
-}
-
-export interface SubscriptionHub {
-  /** Adds a listener to the shared subscription. */
-  subscribe(networkId: string, kind: SubscriptionKind, params: unknown[], listener: HubListener): HubSubscription;
-  /** Upstream subscriptions open now, all networks. */
-  upstreamSubscriptionCount(): number;
-  close(): void;
-}
-
-/** Blocks of logs and heads remembered for deduplication. */
-const DEDUP_WINDOW_BLOCKS = 256;
-/** A log back-fill after a move starts this many blocks before the last head delivered. */
-const LOG_BACKFILL_MARGIN = 8;
-/** The deepest reorg or gap filled with fetched blocks; a longer gap delivers its last blocks only. */
-const MAX_BACKFILL_BLOCKS = 128;
-/** Pending transaction hashes remembered for deduplication. */
-const PENDING_DEDUP_ENTRIES = 50_000;
 /**
  * Upstream messages waiting in a network's serial queue (they pile up only while a back-fill or an
  * `eth_subscribe` waits on the upstream). Past it the upstream is left as if it had closed: the
@@ -116,59 +46,6 @@ const PENDING_DEDUP_ENTRIES = 50_000;
  * `eth_getLogs`), so memory stays bounded without a silent gap.
  */
 export const MAX_FEED_QUEUE_EVENTS = 10_000;
-
-interface Entry {
-  key: string;
-  kind: SubscriptionKind;
-  params: unknown[];
-  listeners: Set<HubListener>;
-  upstreamSubscriptionId: string | undefined;
-  /** Client subscriptions waiting for the upstream subscription to exist before they are confirmed. */
-  waiters: Set<() => void>;
-  /** Logs: had an upstream subscription on a socket that went away, so the next one back-fills it. */
-  backfill: boolean;
-}
-
-interface LogRecord {
-  blockNumber: number;
-  blockHash: string;
-  log: Record<string, unknown>;
-}
-
-interface Feed {
-  networkId: string;
-  entries: Map<string, Entry>;
-  heads: Entry;
-  socket: UpstreamSocket | undefined;
-  /** Bumped with every new socket: events of an older one are dropped. */
-  generation: number;
-  connecting: boolean;
-  retryTimer: NodeJS.Timeout | undefined;
-  stallTimer: NodeJS.Timeout | undefined;
-  cooldownUntil: Map<string, number>;
-  queue: Promise<void>;
-  /** Tasks in `queue` not yet run. */
-  queued: number;
-  lastHeadAt: number;
-  // Heads delivered: number → hash, and the last one.
-  headHashes: Map<number, string>;
-  seenHeads: Set<string>;
-  lastNumber: number | undefined;
-  lastHash: string | undefined;
-  /** Logs delivered, by entry key then `${blockHash}:${logIndex}:${removed}`. */
-  logs: Map<string, Map<string, LogRecord>>;
-  pending: Map<string, Set<string>>;
-  closed: boolean;
-}
-
-const toNumber = (value: unknown): number => (typeof value === 'string' ? Number.parseInt(value, 16) : Number.NaN);
-const hex = (value: number): string => `0x${value.toString(16)}`;
-
-/** The header fields of a block fetched with `eth_getBlockByNumber` (what `newHeads` carries). */
-function headerOf(block: Record<string, unknown>): Record<string, unknown> {
-  const { transactions: _transactions, uncles: _uncles, size: _size, ...header } = block;
-  return header;
-}
 
 export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
   const now = deps.now ?? Date.now;
@@ -200,170 +77,11 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
     enqueue(feed, task);
   }
 
-  function deliver(entry: Entry, json: string, blockHash?: string, blockNumber?: number): void {
-    if (entry.listeners.size === 0) return;
-    const event: HubEvent = { json, bytes: Buffer.byteLength(json), blockHash, blockNumber };
-    for (const listener of entry.listeners) listener(event);
-  }
+  const { onHead, onLog, onPending, backfillLogs, catchUpHeads } = createFeedEvents({ deps, now, enqueueEvent });
 
   function subscribed(entry: Entry): void {
     for (const waiter of entry.waiters) waiter();
     entry.waiters.clear();
-  }
-
-  // --- heads -----------------------------------------------------------------------------
-
-  function deliverHead(feed: Feed, header: Record<string, unknown>): void {
-    const number = toNumber(header.number);
-    const hash = String(header.hash);
-    if (feed.seenHeads.has(hash) || Number.isNaN(number)) return;
-    feed.seenHeads.add(hash);
-    feed.headHashes.set(number, hash);
-    feed.lastNumber = number;
-    feed.lastHash = hash;
-    for (const [old, oldHash] of feed.headHashes) {
-      if (old > number - DEDUP_WINDOW_BLOCKS) break;
-      feed.headHashes.delete(old);
-      feed.seenHeads.delete(oldHash);
-    }
-    deliver(feed.heads, JSON.stringify(header));
-  }
-
-  async function blockByNumber(feed: Feed, socket: UpstreamSocket, number: number): Promise<Record<string, unknown> | undefined> {
-    const timeoutMs = deps.network(feed.networkId)?.requestTimeoutMs ?? 10_000;
-    const block = await socket.request('eth_getBlockByNumber', [hex(number), false], timeoutMs);
-    return block !== null && typeof block === 'object' ? (block as Record<string, unknown>) : undefined;
-  }
-
-  /** A head that does not follow the last one: deliver the canonical blocks from the fork point first. */
-  async function catchUp(feed: Feed, socket: UpstreamSocket, head: Record<string, unknown>): Promise<void> {
-    const number = toNumber(head.number);
-    const last = feed.lastNumber;
-    if (last === undefined || Number.isNaN(number)) return;
-    if (number === last + 1 && head.parentHash === feed.lastHash) return;
-    // The fork point: the highest delivered height whose block is still canonical.
-    let fork = Math.min(last, number - 1);
-    while (fork > last - MAX_BACKFILL_BLOCKS && fork >= 0) {
-      const delivered = feed.headHashes.get(fork);
-      if (delivered === undefined) break;
-      const canonical = fork === number - 1 ? String(head.parentHash) : (await blockByNumber(feed, socket, fork))?.hash;
-      if (canonical === delivered) break;
-      fork -= 1;
-    }
-    const from = Math.max(fork + 1, number - MAX_BACKFILL_BLOCKS);
-    for (let height = from; height < number; height += 1) {
-      const block = await blockByNumber(feed, socket, height);
-      if (block === undefined) return;
-      // A block delivered before at this height on the same chain is skipped by hash.
-      deliverHead(feed, headerOf(block));
-    }
-  }
-
-  /**
-   * After a move: the heads mined while no upstream carried the stream, up to the new upstream's
-   * latest block now (its live stream brings the later ones), rather than at its next block, which
-   * on a quiet chain can be long in coming. Nothing when the socket was left meanwhile.
-   */
-  async function catchUpHeads(feed: Feed, socket: UpstreamSocket, generation: number): Promise<void> {
-    if (feed.lastNumber === undefined) return;
-    const timeoutMs = deps.network(feed.networkId)?.requestTimeoutMs ?? 10_000;
-    const latest = await socket.request('eth_getBlockByNumber', ['latest', false], timeoutMs);
-    if (generation !== feed.generation || latest === null || typeof latest !== 'object') return;
-    const header = headerOf(latest as Record<string, unknown>);
-    if (feed.seenHeads.has(String(header.hash)) || !(toNumber(header.number) > feed.lastNumber)) return;
-    await catchUp(feed, socket, header);
-    deliverHead(feed, header);
-  }
-
-  function onHead(feed: Feed, generation: number, socket: UpstreamSocket, result: unknown): void {
-    if (result === null || typeof result !== 'object') return;
-    enqueueEvent(feed, generation, async () => {
-      if (generation !== feed.generation) return;
-      feed.lastHeadAt = now();
-      const header = result as Record<string, unknown>;
-      if (feed.seenHeads.has(String(header.hash))) return;
-      await catchUp(feed, socket, header);
-      deliverHead(feed, header);
-    });
-  }
-
-  // --- logs ------------------------------------------------------------------------------
-
-  function deliverLog(feed: Feed, entry: Entry, log: Record<string, unknown>): void {
-    const blockHash = String(log.blockHash);
-    const key = `${blockHash}:${String(log.logIndex)}:${log.removed === true}`;
-    let delivered = feed.logs.get(entry.key);
-    if (delivered === undefined) feed.logs.set(entry.key, (delivered = new Map()));
-    if (delivered.has(key)) return;
-    const blockNumber = toNumber(log.blockNumber);
-    delivered.set(key, { blockNumber, blockHash, log });
-    const horizon = (feed.lastNumber ?? blockNumber) - DEDUP_WINDOW_BLOCKS;
-    for (const [oldKey, record] of delivered) {
-      if (record.blockNumber >= horizon) break;
-      delivered.delete(oldKey);
-    }
-    deliver(entry, JSON.stringify(log), blockHash, Number.isFinite(blockNumber) ? blockNumber : undefined);
-  }
-
-  function onLog(feed: Feed, entry: Entry, generation: number, result: unknown): void {
-    if (result === null || typeof result !== 'object') return;
-    enqueueEvent(feed, generation, () => {
-      if (generation !== feed.generation || feed.entries.get(entry.key) !== entry) return;
-      deliverLog(feed, entry, result as Record<string, unknown>);
-    });
-  }
-
-  /**
-   * After a move: the logs the gap may have hidden, and removals of logs whose block is no longer
-   * canonical. False when the socket was left meanwhile (nothing delivered: the next one back-fills).
-   */
-  async function backfillLogs(feed: Feed, entry: Entry, socket: UpstreamSocket, generation: number): Promise<boolean> {
-    if (feed.lastNumber === undefined) return true;
-    const timeoutMs = deps.network(feed.networkId)?.requestTimeoutMs ?? 10_000;
-    const from = Math.max(0, feed.lastNumber - LOG_BACKFILL_MARGIN);
-    const filter = (entry.params[1] ?? {}) as Record<string, unknown>;
-    // `latest` as the new upstream has it, read once its subscription exists: its live stream
-    // brings every later block, so the back-fill reaches at least the block that stream starts
-    // after. An HTTP upstream's own `latest` could be a block behind and leave a gap.
-    const head = toNumber(await socket.request('eth_blockNumber', [], timeoutMs));
-    if (Number.isNaN(head)) throw new Error(`${socket.upstreamId} answered eth_blockNumber without a block number`);
-    // Not on the socket: after a long move the gap can be wider than an upstream answers at once.
-    const found = head < from ? [] : await deps.getLogs(feed.networkId, filter, from, head);
-    if (generation !== feed.generation) return false;
-    logger.info({ network: feed.networkId, upstream: socket.upstreamId, fromBlock: from, toBlock: head, logs: found.length }, 'logs subscription back-filled after a move');
-    const logs = (found as Array<Record<string, unknown>>).filter((log) => log !== null && typeof log === 'object');
-    const canonical = new Map<number, string>();
-    for (const log of logs) canonical.set(toNumber(log.blockNumber), String(log.blockHash));
-    const delivered = feed.logs.get(entry.key) ?? new Map<string, LogRecord>();
-    const removedAlready = new Set([...delivered.values()].filter((record) => record.log.removed === true).map((record) => `${record.blockHash}:${String(record.log.logIndex)}`));
-    for (const record of [...delivered.values()]) {
-      if (record.blockNumber < from || record.log.removed === true || removedAlready.has(`${record.blockHash}:${String(record.log.logIndex)}`)) continue;
-      let hash = canonical.get(record.blockNumber);
-      if (hash === undefined) {
-        hash = (await blockByNumber(feed, socket, record.blockNumber))?.hash as string | undefined;
-        if (hash === undefined) continue;
-        canonical.set(record.blockNumber, hash);
-      }
-      if (hash !== record.blockHash) deliverLog(feed, entry, { ...record.log, removed: true });
-    }
-    logs.sort((a, b) => toNumber(a.blockNumber) - toNumber(b.blockNumber) || toNumber(a.logIndex) - toNumber(b.logIndex));
-    for (const log of logs) deliverLog(feed, entry, log);
-    return true;
-  }
-
-  // --- pending transactions ----------------------------------------------------------------
-
-  function onPending(feed: Feed, entry: Entry, generation: number, result: unknown): void {
-    enqueueEvent(feed, generation, () => {
-      if (generation !== feed.generation || feed.entries.get(entry.key) !== entry) return;
-      const hash = typeof result === 'string' ? result : String((result as { hash?: unknown } | null)?.hash);
-      let seen = feed.pending.get(entry.key);
-      if (seen === undefined) feed.pending.set(entry.key, (seen = new Set()));
-      if (seen.has(hash)) return;
-      seen.add(hash);
-      if (seen.size > PENDING_DEDUP_ENTRIES) seen.delete(seen.values().next().value!);
-      deliver(entry, JSON.stringify(result));
-    });
   }
 
   // --- upstream sockets ----------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // One seeded anvil per test file: start it in beforeAll, stop it in afterAll.
 
 import { afterAll, beforeAll } from 'vitest';
-import { seedAnvil, startAnvil, type AnvilNode, type AnvilOptions, type SeedOptions, type SeedResult } from '../../src/devnet/anvil.js';
+import { seedAnvil, type SeedOptions, type SeedResult } from '../../src/devnet/anvil-seed.js';
+import { startAnvil, type AnvilNode, type AnvilOptions } from '../../src/devnet/anvil.js';
 import { request } from 'undici';
 
 export interface SeededAnvil {

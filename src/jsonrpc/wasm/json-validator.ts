@@ -17,8 +17,13 @@
 // for an envelope, noting where the top-level `id`, `result` and `error` values lie. A member name
 // written with escapes (`"r\u0065sult"`) is decoded: `JSON.parse` reads it as `result`.
 //
+// The checks of single lexemes (an escape, a number or literal, a short member name's units) are
+// in json-lexemes.ts.
+//
 // The two stages alternate over windows of WINDOW_BYTES, so the token buffer has a fixed size and
 // the memory needed is about twice the answer (the input and a byte per possible nesting level).
+
+import { BACKSLASH, CLOSE_BRACE, CLOSE_BRACKET, COLON, COMMA, OPEN_BRACE, OPEN_BRACKET, QUOTE, decodeShortName, isWhitespace, unitsAre, validEscape, validScalar } from './json-lexemes';
 
 const WINDOW_BYTES: i32 = 16 * 1024;
 /** One u32 per byte of a window at most (every byte a token, as in `[1,1,1`), plus one. */
@@ -27,14 +32,6 @@ const TOKEN_BYTES: i32 = WINDOW_BYTES * 4 + 64;
 const PADDING: i32 = 128;
 const PAGE_BYTES: i32 = 65536;
 
-const QUOTE: u8 = 0x22;
-const BACKSLASH: u8 = 0x5c;
-const COMMA: u8 = 0x2c;
-const COLON: u8 = 0x3a;
-const OPEN_BRACE: u8 = 0x7b;
-const CLOSE_BRACE: u8 = 0x7d;
-const OPEN_BRACKET: u8 = 0x5b;
-const CLOSE_BRACKET: u8 = 0x5d;
 const ODD_BITS: u64 = 0xaaaaaaaaaaaaaaaa;
 
 // Where the spans are written: six i32 (id, result, error: start and end, -1 when absent).
@@ -153,19 +150,6 @@ const STRUCTURAL_BY_LOW_BITS: v128 = i8x16(-127, -126, -125, -124, -123, -122, -
   return bits;
 }
 
-function isHexDigit(byte: u32): bool {
-  return byte - 0x30 < 10 || (byte | 0x20) - 0x61 < 6;
-}
-
-/** Whether the byte a backslash escapes at `at` (inside a string) makes a valid escape. */
-function validEscape(at: usize): bool {
-  const byte = <u32>load<u8>(at);
-  if (byte == 0x75 /* u */) {
-    return isHexDigit(load<u8>(at + 1)) && isHexDigit(load<u8>(at + 2)) && isHexDigit(load<u8>(at + 3)) && isHexDigit(load<u8>(at + 4));
-  }
-  return byte == QUOTE || byte == BACKSLASH || byte == 0x2f || byte == 0x62 || byte == 0x66 || byte == 0x6e || byte == 0x72 || byte == 0x74;
-}
-
 function classifyBlock(offset: i32): void {
   const at = inputPtr + <usize>offset;
   const v0 = v128.load(at);
@@ -210,95 +194,6 @@ function classifyBlock(offset: i32): void {
 
 // ------------------------------------------------------------------------------------------
 // Stage 2
-
-function isWhitespace(byte: u32): bool {
-  return byte == 0x20 || byte == 0x0a || byte == 0x0d || byte == 0x09;
-}
-
-/** Whether a number or literal may end before this byte. */
-function isDelimiter(byte: u32): bool {
-  return isWhitespace(byte) || byte == COMMA || byte == COLON || byte == CLOSE_BRACE || byte == CLOSE_BRACKET || byte == OPEN_BRACE || byte == OPEN_BRACKET;
-}
-
-function isDigit(byte: u32): bool {
-  return byte - 0x30 < 10;
-}
-
-/** Whether the run at `at` is one number (`-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?`) or literal. */
-function validScalar(at: usize, first: u32): bool {
-  if (first == 0x74 /* t */) return load<u32>(at) == 0x65757274 && isDelimiter(load<u8>(at + 4));
-  if (first == 0x6e /* n */) return load<u32>(at) == 0x6c6c756e && isDelimiter(load<u8>(at + 4));
-  if (first == 0x66 /* f */) return load<u32>(at + 1) == 0x65736c61 && isDelimiter(load<u8>(at + 5));
-  let index = at;
-  if (first == 0x2d /* - */) index += 1;
-  let byte = <u32>load<u8>(index);
-  if (byte == 0x30) {
-    index += 1;
-  } else {
-    if (byte - 0x31 >= 9) return false;
-    index += 1;
-    while (isDigit(load<u8>(index))) index += 1;
-  }
-  byte = load<u8>(index);
-  if (byte == 0x2e /* . */) {
-    index += 1;
-    if (!isDigit(load<u8>(index))) return false;
-    while (isDigit(load<u8>(index))) index += 1;
-    byte = load<u8>(index);
-  }
-  if ((byte | 0x20) == 0x65 /* e E */) {
-    index += 1;
-    byte = load<u8>(index);
-    if (byte == 0x2b || byte == 0x2d) index += 1;
-    if (!isDigit(load<u8>(index))) return false;
-    while (isDigit(load<u8>(index))) index += 1;
-    byte = load<u8>(index);
-  }
-  return isDelimiter(byte);
-}
-
-function decodedHex(at: usize): u32 {
-  let value: u32 = 0;
-  for (let index: usize = 0; index < 4; index += 1) {
-    const byte = <u32>load<u8>(at + index);
-    value = (value << 4) | (byte <= 0x39 ? byte - 0x30 : (byte | 0x20) - 0x61 + 10);
-  }
-  return value;
-}
-
-/** The UTF-16 units of the member name whose quote is at `at`, if at most six, into `units`; else -1. */
-function decodeShortName(at: usize, units: usize): i32 {
-  let index = at + 1;
-  let count = 0;
-  while (count <= 6) {
-    let byte = <u32>load<u8>(index);
-    if (byte == QUOTE) return count;
-    if (count == 6) break;
-    if (byte == BACKSLASH) {
-      const escape = <u32>load<u8>(index + 1);
-      if (escape == 0x75) {
-        byte = decodedHex(index + 2);
-        index += 6;
-      } else {
-        byte = escape == 0x62 ? 8 : escape == 0x66 ? 12 : escape == 0x6e ? 10 : escape == 0x72 ? 13 : escape == 0x74 ? 9 : escape;
-        index += 2;
-      }
-    } else {
-      index += 1;
-    }
-    store<u16>(units + (<usize>count << 1), <u16>byte);
-    count += 1;
-  }
-  return -1;
-}
-
-function unitsAre(units: usize, count: i32, name: string): bool {
-  if (count != name.length) return false;
-  for (let index = 0; index < count; index += 1) {
-    if (load<u16>(units + (<usize>index << 1)) != <u16>name.charCodeAt(index)) return false;
-  }
-  return true;
-}
 
 /** Which envelope member the name whose opening quote is at `at` is: 1 id, 2 result, 3 error, 0 other. */
 function memberNamed(at: usize): i32 {
