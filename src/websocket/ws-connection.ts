@@ -3,7 +3,7 @@ import { WebSocket } from './ws-library.js';
 import type { Logger } from '../logging/logger.js';
 import type { ChargeSubject, KeyWithTeam } from '../store/index.js';
 import type { RequestFacts } from '../auth/key-policy.js';
-import type { SubscriptionKind } from './subscription-hub.js';
+import type { SubscriptionKind } from './subscription-types.js';
 import type { EventOutbox } from './event-outbox.js';
 import { createEventDelivery, type ClientSubscription, type DeliveryObserver, type EventDelivery, type EventDeliveryDeps, type QueuedEvent } from './event-delivery.js';
 import { toJsonRpcError } from '../errors.js';

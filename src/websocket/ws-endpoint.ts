@@ -16,7 +16,7 @@ import { CLIENT_LEFT, type CallDispatcher } from '../server/call-dispatch.js';
 import { createRequestContext, CLIENT_CLOSED_REQUEST, requestLogFields, type RequestContext } from '../server/context.js';
 import type { NetworkSet } from '../server/network-runtime.js';
 import type { RequestSpan } from '../tracing/tracing.js';
-import type { SubscriptionHub } from './subscription-hub.js';
+import type { SubscriptionHub } from './subscription-types.js';
 import type { EventOutbox } from './event-outbox.js';
 import type { QueuedEvent } from './event-delivery.js';
 import { httpPathOf, passToHttp, refuseUpgrade } from './ws-upgrade.js';

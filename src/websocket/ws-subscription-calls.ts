@@ -8,9 +8,8 @@ import { CLIENT_LEFT, type CallDispatcher } from '../server/call-dispatch.js';
 import { chargeSubject, type CallItem } from '../server/call-executor.js';
 import type { RequestContext } from '../server/context.js';
 import type { NetworkRuntime } from '../server/network-runtime.js';
-import type { SubscriptionHub } from './subscription-hub.js';
+import type { HubEvent, SubscriptionHub } from './subscription-types.js';
 import type { ClientSubscription } from './event-delivery.js';
-import type { HubEvent } from './subscription-hub.js';
 import { parseSubscribeParams, subscriptionMethodPrice, SUBSCRIPTION_METHODS } from './subscribe-params.js';
 import type { Connection, WebSocketObserver } from './ws-connection.js';
 
