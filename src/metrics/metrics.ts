@@ -285,7 +285,7 @@ export function createMetrics(): GatewayMetrics {
     wsUpgradesRejected: new Counter({ name: 'tollgate_ws_upgrades_rejected_total', help: 'WebSocket upgrades refused, by HTTP status', labelNames: ['status'], registers }),
     wsUpstreamFailovers: new Counter({
       name: 'tollgate_ws_upstream_failovers_total',
-      help: "Moves of a network's subscriptions off an upstream socket, by reason (closed, stalled, subscribe_failed, backfill_failed, queue_full, or the socket error)",
+      help: "Moves of a network's subscriptions off an upstream socket, by reason (closed, stalled, subscribe_failed, backfill_failed, unverified_block, queue_full, or the socket error)",
       labelNames: ['network', 'upstream', 'reason'],
       registers,
     }),

@@ -147,6 +147,16 @@ export class UpstreamHealth {
     this.releaseTrial();
   }
 
+  /**
+   * The upstream's WebSocket failed the subscriptions it carried (its socket closed or refused
+   * connections, it stalled, a subscribe or back-fill failed): rank it lower for calls too, without
+   * counting towards its circuit. Its HTTP endpoint may well be fine, and only calls over it
+   * decide the circuit; a socket retried every few hundred milliseconds would otherwise open it.
+   */
+  recordSocketFault(): void {
+    this.sampleError(1);
+  }
+
   /** The error rate as of now: recent failures count, old ones fade. */
   currentErrorRate(): number {
     return this.errorRate * decay(this.now() - this.errorRateAt);

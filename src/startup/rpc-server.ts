@@ -40,6 +40,7 @@ function buildSubscriptionHub(ctx: StartContext, networkSets: NetworkSetHolder, 
       return {
         candidates: () => rankSubscriptionUpstreams(runtime.forwarder),
         stallTimeoutMs: runtime.config.subscriptions.stallTimeoutMs,
+        verification: runtime.config.verification,
         reconnectDelayMs: runtime.config.subscriptions.reconnectDelayMs,
         requestTimeoutMs: runtime.config.requestTimeoutMs,
       };
@@ -70,6 +71,13 @@ function buildSubscriptionHub(ctx: StartContext, networkSets: NetworkSetHolder, 
       } finally {
         networkSets.release(set);
       }
+    },
+    upstreamFailed(networkId, upstreamId, reason) {
+      // Ranked lower for calls too: an unverified block as the wrong answer it is, any other fault
+      // of its socket as a socket fault (neither touches the circuit, which its HTTP calls decide).
+      const health = networkSets.current().byId.get(networkId)?.forwarder.upstreams.find((entry) => entry.id === upstreamId)?.health;
+      if (reason === 'unverified_block') health?.recordWrongAnswer();
+      else health?.recordSocketFault();
     },
     logger: ctx.logger,
     now: ctx.now,

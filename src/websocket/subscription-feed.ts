@@ -5,6 +5,7 @@
 // subscriptions on it: this is what reaches the listeners, whichever upstream sent it.
 import type { HubDeps, HubEvent, HubListener, SubscriptionKind } from './subscription-types.js';
 import type { UpstreamSocket } from './upstream-socket.js';
+import { verifyBlock } from '../verification/block-verifier.js';
 
 /** Blocks of logs and heads remembered for deduplication. */
 const DEDUP_WINDOW_BLOCKS = 256;
@@ -73,6 +74,13 @@ export interface FeedEventsContext {
   now: () => number;
   /** Queues an upstream event of socket `generation` on the feed's serial queue (the hub's: past its bound the upstream is left). */
   enqueueEvent(feed: Feed, generation: number, task: () => Promise<void> | void): void;
+  /** Leaves the feed's upstream of socket `generation` (for a fault of that upstream) and moves to the next. */
+  leave(feed: Feed, generation: number, reason: string, error: unknown): void;
+}
+
+/** A block an upstream gave to fill a gap did not verify: the upstream is left, its blocks are not delivered. */
+export class UnverifiedBlockError extends Error {
+  readonly reason = 'unverified_block';
 }
 
 /** The handlers of a feed's upstream events, and the catch-up and back-fill after a move. */
@@ -126,11 +134,30 @@ export function createFeedEvents(context: FeedEventsContext) {
       fork -= 1;
     }
     const from = Math.max(fork + 1, number - MAX_BACKFILL_BLOCKS);
+    const blocks: Array<Record<string, unknown>> = [];
     for (let height = from; height < number; height += 1) {
       const block = await blockByNumber(feed, socket, height);
       if (block === undefined) return;
-      // A block delivered before at this height on the same chain is skipped by hash.
-      deliverHead(feed, headerOf(block));
+      blocks.push(block);
+    }
+    await verifyGap(feed, blocks, head);
+    // A block delivered before at this height on the same chain is skipped by hash.
+    for (const block of blocks) deliverHead(feed, headerOf(block));
+  }
+
+  /**
+   * The blocks fetched to fill a gap before `head`, checked before any is delivered: each one's
+   * header hashes to its hash, and each is the parent of the next, the last of `head`. A lying or
+   * broken upstream cannot put a block of its own making into a client's stream. Not with
+   * `verification: off` (a chain whose headers this gateway cannot hash).
+   */
+  async function verifyGap(feed: Feed, blocks: ReadonlyArray<Record<string, unknown>>, head: Record<string, unknown>): Promise<void> {
+    if (blocks.length === 0 || deps.network(feed.networkId)?.verification === 'off') return;
+    for (const [index, block] of blocks.entries()) {
+      const reason = await verifyBlock(block, String(block.hash), 'header');
+      if (reason !== undefined) throw new UnverifiedBlockError(`block ${String(block.number)} of a gap does not verify: ${reason}`);
+      const child = index + 1 < blocks.length ? blocks[index + 1]! : head;
+      if (child.parentHash !== block.hash) throw new UnverifiedBlockError(`block ${String(block.number)} of a gap is not the parent of the next block`);
     }
   }
 
@@ -157,7 +184,13 @@ export function createFeedEvents(context: FeedEventsContext) {
       feed.lastHeadAt = now();
       const header = result as Record<string, unknown>;
       if (feed.seenHeads.has(String(header.hash))) return;
-      await catchUp(feed, socket, header);
+      try {
+        await catchUp(feed, socket, header);
+      } catch (error) {
+        // Not this head either: the next upstream's catch-up brings it with the gap, verified.
+        if (error instanceof UnverifiedBlockError) return context.leave(feed, generation, error.reason, error);
+        throw error;
+      }
       deliverHead(feed, header);
     });
   }

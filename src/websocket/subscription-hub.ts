@@ -1,5 +1,5 @@
 import { GatewayError } from '../errors.js';
-import { createFeedEvents, type Entry, type Feed } from './subscription-feed.js';
+import { createFeedEvents, UnverifiedBlockError, type Entry, type Feed } from './subscription-feed.js';
 import type { HubDeps, HubListener, SubscriptionHub, SubscriptionKind } from './subscription-types.js';
 import type { UpstreamSocket } from './upstream-socket.js';
 
@@ -77,7 +77,14 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
     enqueue(feed, task);
   }
 
-  const { onHead, onLog, onPending, backfillLogs, catchUpHeads } = createFeedEvents({ deps, now, enqueueEvent });
+  const { onHead, onLog, onPending, backfillLogs, catchUpHeads } = createFeedEvents({
+    deps,
+    now,
+    enqueueEvent,
+    leave: (feed, generation, reason, error) => {
+      if (generation === feed.generation) detach(feed, reason, error);
+    },
+  });
 
   function subscribed(entry: Entry): void {
     for (const waiter of entry.waiters) waiter();
@@ -127,7 +134,7 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
         // the next one is tried. A back-fill that failed is asked again by the next upstream from
         // the same block (the heads of this one were not delivered), and live events wait behind
         // it, so a subscription never skips a gap or gets its logs out of order.
-        if (generation === feed.generation) detach(feed, failure, error);
+        if (generation === feed.generation) detach(feed, error instanceof UnverifiedBlockError ? error.reason : failure, error);
       }
     });
   }
@@ -147,6 +154,8 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
     const network = deps.network(feed.networkId);
     feed.cooldownUntil.set(socket.upstreamId, now() + (network?.reconnectDelayMs ?? 1_000));
     deps.observe?.failover?.(feed.networkId, socket.upstreamId, reason);
+    // The gateway's own queue falling behind is no fault of the upstream's.
+    if (reason !== 'queue_full') deps.upstreamFailed?.(feed.networkId, socket.upstreamId, reason);
     logger.warn({ network: feed.networkId, upstream: socket.upstreamId, reason, err: error }, 'subscriptions moving off an upstream');
     socket.close();
     if (!feed.closed) void connect(feed, true);
@@ -169,6 +178,7 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
           });
         } catch (error) {
           feed.cooldownUntil.set(candidate.id, now() + network.reconnectDelayMs);
+          deps.upstreamFailed?.(feed.networkId, candidate.id, 'connect_failed');
           logger.warn({ network: feed.networkId, upstream: candidate.id, err: error }, 'upstream WebSocket connection failed');
           continue;
         }

@@ -33,6 +33,12 @@ export interface HubNetwork {
   stallTimeoutMs: number;
   reconnectDelayMs: number;
   requestTimeoutMs: number;
+  /**
+   * The network's `verification`: unless `off`, every block a feed fetches to fill a gap is
+   * checked (its header hashes to its hash, and the blocks link up to the head by parent hash)
+   * before its head is delivered.
+   */
+  verification: 'full' | 'header' | 'off';
 }
 
 export interface HubObserver {
@@ -53,6 +59,12 @@ export interface HubDeps {
    * could not be had (never a partial list).
    */
   getLogs(networkId: string, filter: Readonly<Record<string, unknown>>, fromBlock: number, toBlock: number): Promise<unknown[]>;
+  /**
+   * The feed left an upstream for a fault of its own (closed, stalled, a failed subscribe or
+   * back-fill, an unverified block): routing counts it against that upstream's health, as a
+   * failed call is, so HTTP calls rank it lower too.
+   */
+  upstreamFailed?(networkId: string, upstreamId: string, reason: string): void;
   logger: Logger;
   now?: () => number;
   observe?: HubObserver;
