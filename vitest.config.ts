@@ -1,12 +1,48 @@
 import { defineConfig } from 'vitest/config';
 
+/**
+ * The fast project: tests that start no process (no anvil, redis-server, gateway process or
+ * browser), in-process code and real HTTP servers on port 0 only. About half a minute: the first
+ * check of a change (`npx vitest run --project fast`). The slow project is everything else;
+ * `npm test` runs both.
+ */
+const FAST = [
+  'test/caching-doc.test.ts',
+  'test/dashboard.test.ts',
+  'test/envelope-scanner.test.ts',
+  'test/errors-doc.test.ts',
+  'test/gateway-parts.test.ts',
+  'test/json-differential.test.ts',
+  'test/json-validator.test.ts',
+  'test/ledger-rule.test.ts',
+  'test/line-writer.test.ts',
+  'test/logs-splitter.test.ts',
+  'test/methods-doc.test.ts',
+  'test/metrics-registry.test.ts',
+  'test/network-resolver.test.ts',
+  'test/ordered-trie.test.ts',
+  'test/price-tables.test.ts',
+  'test/quota-alerts.test.ts',
+  'test/quota-forecast.test.ts',
+  'test/request-scanner.test.ts',
+  'test/routing-policies.test.ts',
+  'test/sample-das.test.ts',
+  'test/sqlite-checkpoints.test.ts',
+  'test/sqlite-lock-wait.test.ts',
+  'test/upstream-budget.test.ts',
+  'test/upstream-quotas.test.ts',
+];
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
     // Tests start real processes (anvil, redis-server, gateways); give them room on a 2-core machine.
     testTimeout: 30_000,
     hookTimeout: 60_000,
     pool: 'forks',
     maxWorkers: 2,
+    projects: [
+      { extends: true, test: { name: 'fast', include: FAST } },
+      { extends: true, test: { name: 'slow', include: ['test/**/*.test.ts'], exclude: FAST } },
+    ],
   },
 });
