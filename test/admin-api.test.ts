@@ -26,7 +26,7 @@ import { startScriptedUpstream, type RpcItem, type ScriptedUpstream } from './he
 // verification is off on its EVM networks: verification has its own suites (block-verification,
 // right-answers), and this file tests something else.
 
-/** Short, so that a change made behind the gateway's back shows within a test. */
+/** The key cache's TTL, on the gateway's clock below (a test moves the clock past it). */
 const KEY_CACHE_TTL_MS = 300;
 /** The upstream answers 500 for this hash: every upstream failed, nothing is charged. */
 const FAILING_HASH = blockHash(0xdead);
@@ -35,9 +35,12 @@ function blockHash(n: number): string {
   return `0x${n.toString(16).padStart(64, '0')}`;
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
+/**
+ * The gateway's clock (key cache TTL, expiries, rotation grace, usage days): it stands still
+ * unless a test moves it, so nothing here waits for real time to pass.
+ */
+let clock = Date.now();
+const now = (): number => clock;
 
 const call = (method: string, params: unknown[] = [], id: unknown = 1) => ({ jsonrpc: '2.0', id, method, params });
 const CHAIN_ID = call('eth_chainId');
@@ -101,6 +104,7 @@ beforeAll(async () => {
     return { kind: 'result', result: (item: RpcItem) => ({ hash: (item.params as unknown[])[0], number: '0x1', transactions: [] }) };
   });
   tg = await startTestGateway({
+    now,
     config: { auth: { keyCacheTtlMs: KEY_CACHE_TTL_MS }, cache: { maxBytes: 0 } },
     networks: [
       { id: 'eth', kind: 'evm', verification: 'off', chainId: 1, upstreams: [{ id: 'scripted', url: upstream.url }] },
@@ -261,8 +265,8 @@ describe('keys', () => {
     // The update reached the RPC path at once (this process cleared its key cache).
     expect(await rpcStatus('base', secret)).toBe(200);
 
-    const expired = await admin('PATCH', `/v1/keys/${key.id}`, { expiresAt: new Date(Date.now() - 1_000).toISOString() });
-    expect(expired.body.key.expiresAt).toBeLessThan(Date.now());
+    const expired = await admin('PATCH', `/v1/keys/${key.id}`, { expiresAt: new Date(now() - 1_000).toISOString() });
+    expect(expired.body.key.expiresAt).toBeLessThan(now());
     expect(await rpcStatus('eth', secret)).toBe(401);
   });
 
@@ -324,15 +328,17 @@ describe('keys', () => {
   it('a key revoked in the store behind the gateway (another replica, the CLI) stops within auth.keyCacheTtlMs', async () => {
     const { id, secret } = await issue('acme', { label: 'elsewhere' });
     expect(await rpcStatus('eth', secret)).toBe(200); // the lookup is now cached for KEY_CACHE_TTL_MS
-    await tg.store.revokeKey(id, Date.now());
-    await sleep(KEY_CACHE_TTL_MS + 100);
+    await tg.store.revokeKey(id, now());
+    clock += KEY_CACHE_TTL_MS - 1;
+    expect(await rpcStatus('eth', secret), 'the cached lookup still says the key is valid').toBe(200);
+    clock += 2;
     expect(await rpcStatus('eth', secret)).toBe(401);
   });
 
   it('rotate with gracePeriodSeconds 0: the old secret fails at once, the new one works', async () => {
     const { id, secret: old } = await issue('acme', { label: 'rotate-now' });
     expect(await rpcStatus('eth', old)).toBe(200);
-    const before = Date.now();
+    const before = now();
     const r = await admin('POST', `/v1/keys/${id}/rotate`, { gracePeriodSeconds: 0 });
     expect(r.status).toBe(200);
     expect(r.body).toStrictEqual({
@@ -342,7 +348,7 @@ describe('keys', () => {
     });
     expect(r.body.secret).not.toBe(old);
     expect(Date.parse(r.body.previousSecretValidUntil)).toBeGreaterThanOrEqual(before);
-    expect(Date.parse(r.body.previousSecretValidUntil)).toBeLessThanOrEqual(Date.now());
+    expect(Date.parse(r.body.previousSecretValidUntil)).toBeLessThanOrEqual(now());
     expect(await rpcStatus('eth', old)).toBe(401);
     expect(await rpcStatus('eth', r.body.secret)).toBe(200);
   });
@@ -357,15 +363,17 @@ describe('keys', () => {
 
   it('rotate with gracePeriodSeconds 1: the old secret works during the grace period and fails after it', async () => {
     const { id, secret: old } = await issue('acme', { label: 'rotate-grace' });
-    const before = Date.now();
+    const before = now();
     const r = await admin('POST', `/v1/keys/${id}/rotate`, { gracePeriodSeconds: 1 });
     expect(r.status).toBe(200);
     const validUntil = Date.parse(r.body.previousSecretValidUntil);
     expect(validUntil).toBeGreaterThanOrEqual(before + 1_000);
-    expect(validUntil).toBeLessThanOrEqual(Date.now() + 1_000);
+    expect(validUntil).toBeLessThanOrEqual(now() + 1_000);
     expect(await rpcStatus('eth', old)).toBe(200);
     expect(await rpcStatus('eth', r.body.secret)).toBe(200);
-    await sleep(Math.max(0, validUntil - Date.now()) + 150);
+    clock = validUntil - 1;
+    expect(await rpcStatus('eth', old), 'the last millisecond of the grace period').toBe(200);
+    clock = validUntil + 1;
     expect(await rpcStatus('eth', old)).toBe(401);
     expect(await rpcStatus('eth', r.body.secret)).toBe(200);
   });
@@ -395,8 +403,8 @@ describe('team quota through PATCH', () => {
 describe('usage', () => {
   let k1: { id: string; secret: string };
   let k2: { id: string; secret: string };
-  const today = () => utcDay(Date.now());
-  const daysAgo = (n: number) => utcDay(Date.now() - n * 86_400_000);
+  const today = () => utcDay(now());
+  const daysAgo = (n: number) => utcDay(now() - n * 86_400_000);
 
   beforeAll(async () => {
     expect((await admin('POST', '/v1/teams', { name: 'metered', dailyCredits: 1_000_000 })).status).toBe(201);

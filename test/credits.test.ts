@@ -26,8 +26,6 @@ interface TestClock {
   now: () => number;
   /** Stops the clock where it is. */
   freeze(): void;
-  /** Lets a frozen clock run again from where it stopped. */
-  run(): void;
   /** Moves the clock forward to `ms` (it keeps running or stays frozen). */
   set(ms: number): void;
 }
@@ -42,10 +40,6 @@ function createTestClock(startMs: number, options: { frozen?: boolean } = {}): T
     freeze() {
       anchorClock = now();
       frozen = true;
-    },
-    run() {
-      anchorReal = performance.now();
-      frozen = false;
     },
     set(ms) {
       if (ms < now()) throw new Error('the test clock only moves forward (key cache and deadlines read it)');
@@ -123,7 +117,6 @@ async function newTeamKey(store: Store, dailyCredits: number, key: { dailyCap?: 
   return { team, keyId: created.id, secret };
 }
 
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 const creditsCost = (headers: Headers): number => Number(headers.get('x-credits-cost'));
 const creditsRemaining = (headers: Headers): number => Number(headers.get('x-credits-remaining'));
 
@@ -687,35 +680,32 @@ describe('credits-per-second throughput (token bucket, burst = one second of cre
     expect(await ledger(tg.store, tg.team.id, today())).toEqual({ credits: 800, requests: 10, teamUsed: 800 });
   });
 
-  it('under sustained load it serves rate × duration + burst, within 10%', async () => {
-    // One second later the bucket is full again; from then on the clock runs at wall speed.
+  it('under sustained load it serves rate × duration + burst, exactly', async () => {
+    // One second later the bucket is full again. The load then runs for DURATION_MS of the
+    // gateway's clock, which the test moves in steps: at each step every caller asks at once,
+    // always more than the bucket holds, and whatever it holds is served.
+    clock.freeze();
     clock.set(clock.now() + 1_000);
-    clock.run();
     const before = (await ledger(tg.store, tg.team.id, today())).credits;
-    const start = clock.now();
+    const CALLERS = 8;
+    const STEP_MS = 50; // 40 credits: half a call
     const DURATION_MS = 3_000;
-    const worker = async (): Promise<void> => {
-      while (clock.now() - start < DURATION_MS) {
-        const res = await rpc(tg.url('eth'), blockCall(uniqueHash()));
-        if (res.status === 429) {
-          await sleep(Math.min(res.body.error.data.retryAfterMs as number, 20));
-        } else {
-          expect(res.status).toBe(200);
-        }
+    let servedCalls = 0;
+    for (let elapsedMs = 0; elapsedMs <= DURATION_MS; elapsedMs += STEP_MS) {
+      if (elapsedMs > 0) clock.set(clock.now() + STEP_MS);
+      const responses = await Promise.all(Array.from({ length: CALLERS }, () => rpc(tg.url('eth'), blockCall(uniqueHash()))));
+      for (const res of responses) {
+        if (res.status === 429) expect(res.body.error.data.reason).toBe('rate_limited');
+        else expect(res.status).toBe(200);
       }
-    };
-    await Promise.all(Array.from({ length: 8 }, worker));
-    const elapsedMs = clock.now() - start;
+      servedCalls += responses.filter((res) => res.status === 200).length;
+    }
     const served = (await ledger(tg.store, tg.team.id, today())).credits - before;
 
     // A full bucket (the burst, RATE credits) plus what it refills while the load runs
-    // (RATE × elapsed seconds): served ≈ RATE × elapsedMs / 1000 + RATE. No call can be taken
-    // after `elapsedMs`, so this is also an upper bound; the lower side only loses what the
-    // clients leave unused between a token becoming available and their next attempt.
-    const expected = (RATE * elapsedMs) / 1000 + RATE;
-    expect(served).toBeGreaterThanOrEqual(expected * 0.9);
-    expect(served).toBeLessThanOrEqual(expected * 1.1);
-    expect(served).toBeLessThanOrEqual(expected);
+    // (RATE × DURATION_MS / 1000), to the call: the callers take every credit as it comes.
+    expect(served).toBe((RATE * DURATION_MS) / 1000 + RATE);
+    expect(servedCalls * 80).toBe(served);
   });
 });
 

@@ -14,6 +14,7 @@ import { applySettingsPatch } from '../src/auth/key-settings.js';
 import { rpc, startTestGateway, type TestGateway } from './helpers/gateway.js';
 import { useScriptedUpstreams } from './helpers/scripted-upstream.js';
 import { WebSocket } from '../src/websocket/ws-library.js';
+import { until } from './helpers/until.js';
 
 const DOC = readFileSync(join(process.cwd(), 'docs', 'errors.md'), 'utf8');
 
@@ -181,8 +182,8 @@ describe('docs/errors.md data fields against what the gateway emits', () => {
     first.socket!.send(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_subscribe', params: ['newHeads'] }));
     first.socket!.send(JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'eth_subscribe', params: ['newPendingTransactions'] }));
     mark = tg.logLines.length;
-    while (replies.length < 2) await new Promise((resolve) => setTimeout(resolve, 10));
-    await new Promise((resolve) => setTimeout(resolve, 50)); // the message's log line follows its reply
+    await until(() => replies.length >= 2, 'the replies to both subscriptions');
+    await until(() => codeInLogs(mark) !== undefined, 'the log line of the refused subscription (it follows its reply)');
     recordWs(mark, replies.find((reply) => reply.id === 2)?.error?.data); // TG_ERR_WS_SUBSCRIPTION_LIMIT
     first.socket!.terminate();
     second.socket?.terminate();

@@ -79,6 +79,11 @@ function logLines(gateway: TestGateway): LogLine[] {
   return gateway.logLines.map((line) => JSON.parse(line) as LogLine);
 }
 
+/** How many `request` lines (one per request answered or given up) the gateway has logged. */
+function requestLineCount(gateway: TestGateway): number {
+  return logLines(gateway).filter((line) => line.msg === 'request').length;
+}
+
 async function requestLine(gateway: TestGateway, requestId: string): Promise<LogLine> {
   await vi.waitFor(() => expect(logLines(gateway).some((line) => line.msg === 'request' && line.requestId === requestId)).toBe(true), { timeout: 5_000 });
   const lines = logLines(gateway).filter((line) => line.msg === 'request' && line.requestId === requestId);
@@ -345,6 +350,7 @@ describe('4. no secret in any log line, whatever the request', () => {
     const bare = key.slice(3);
     const tail = 'Zq7TailOfAKeyAfterASeparator9xY';
     const body = { jsonrpc: '2.0', id: 1, method: 'eth_chainId' };
+    const linesBefore = requestLineCount(tg);
     const viaFetch: Array<[string, Record<string, string>?, unknown?]> = [
       [`/evm/v2/${bare}`],
       [`/${bare}`],
@@ -366,7 +372,8 @@ describe('4. no secret in any log line, whatever the request', () => {
     }
     // A fragment never leaves a browser; a raw client can send one.
     await rawExchange(tg.gateway.rpcPort, [postRequest(`/evm/v3/tg_abcdefghij#${tail}`, JSON.stringify(body))], { responses: 1 });
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    // A request's line follows its answer.
+    await until(() => requestLineCount(tg) >= linesBefore + viaFetch.length + 1, 'the log line of every request sent');
     for (const line of tg.logLines) {
       for (const secret of [key, bare, tail, TEST_ADMIN_TOKEN]) expect(line, `a log line contains "${secret}"`).not.toContain(secret);
     }
@@ -374,11 +381,14 @@ describe('4. no secret in any log line, whatever the request', () => {
 
   it('a key without its prefix as X-Request-Id is not kept, even on a request rejected before its key is read (found by the fuzz suite)', async () => {
     const bare = tg.apiKey.slice(3);
-    for (const [path, method] of [[`/evm/v3/${tg.apiKey}`, 'GET'], ['/nowhere', 'POST'], [`/evm/v3/${tg.apiKey}`, 'POST']] as const) {
+    const linesBefore = requestLineCount(tg);
+    const requests = [[`/evm/v3/${tg.apiKey}`, 'GET'], ['/nowhere', 'POST'], [`/evm/v3/${tg.apiKey}`, 'POST']] as const;
+    for (const [path, method] of requests) {
       const r = await rpc(`${tg.gateway.rpcOrigin}${path}`, { jsonrpc: '2.0', id: 1, method: 'eth_chainId' }, { method, headers: { 'x-request-id': bare, 'user-agent': `sdk/1.0 ${bare}` } });
       expect(r.headers.get('x-request-id')).not.toBe(bare);
     }
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    // A request's line follows its answer.
+    await until(() => requestLineCount(tg) >= linesBefore + requests.length, 'the log line of every request sent');
     for (const line of tg.logLines) expect(line).not.toContain(bare);
     // An ordinary client id, a UUID and a trace id are kept.
     for (const kept of ['client-trace.42:abc_DEF-9', '550e8400-e29b-41d4-a716-446655440000', '4bf92f3577b34da6a3ce929d0e0e4736']) {
@@ -495,11 +505,14 @@ describe('found by the fuzz suite', () => {
     // The 400 went out through its response while the handler awaited the (unknown) key's lookup;
     // the lookup's 401 then tried to write a second answer: an unhandled rejection, the process gone
     // (fuzz seed 828946038, case 928). Which comes first depends on timing: a guard for both orders.
-    const broken = `POST /evm/v3/tg_${'U'.repeat(32)} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n[1,2]\r\nzz\r\n`;
+    const id = requestId('broken-mid-lookup');
+    const broken = `POST /evm/v3/tg_${'U'.repeat(32)} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-Request-Id: ${id}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n[1,2]\r\nzz\r\n`;
     const exchange = await rawExchange(tg.gateway.rpcPort, [broken], { timeoutMs: 5_000 });
     // The 401 comes first if the lookup finished before the broken chunk was read; then the 400.
     expect(exchange.responses.map((response) => response.status)).toEqual(exchange.responses.length === 2 ? [401, 400] : [400]);
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    // The handler's own line comes once it is done, the lookup included (a second answer it
+    // tried to write would have ended the process by then).
+    await requestLine(tg, id);
     const alive = await rpc(tg.url('evm'), { jsonrpc: '2.0', id: 1, method: 'eth_chainId' });
     expect(alive.status).toBe(200);
   });

@@ -8,6 +8,7 @@ import { request } from 'undici';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './helpers/gateway.js';
 import { startScriptedUpstream, type RpcItem, type ScriptedUpstream } from './helpers/scripted-upstream.js';
+import { until } from './helpers/until.js';
 
 // The scripted upstreams in this file answer made-up blocks (only their hash is right), so block
 // verification is off on its EVM networks: verification has its own suites (block-verification,
@@ -327,16 +328,22 @@ describe('HTTP layer', () => {
     const callsBefore = upstream.calls.length;
     const { hostname, port, pathname } = new URL(url);
     const requestId = 'left-mid-body';
-    await new Promise<void>((resolve, reject) => {
-      const socket = connect(Number(port), hostname, () => {
-        socket.write(`POST ${pathname} HTTP/1.1\r\nHost: ${hostname}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nX-Request-Id: ${requestId}\r\n\r\n`);
-        socket.write(body.slice(0, 20));
-        // Long enough for the gateway to authenticate the key and start reading the body.
-        setTimeout(() => socket.destroy(), 200);
-      });
+    const inFlight = async (): Promise<number> => {
+      const text = await (await fetch(`${tg.gateway.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } })).text();
+      return Number(/^tollgate_requests_in_flight (\d+)$/m.exec(text)?.[1]);
+    };
+    const socket = connect(Number(port), hostname);
+    const closed = new Promise<void>((resolve, reject) => {
       socket.once('error', reject);
       socket.once('close', () => resolve());
     });
+    await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+    socket.write(`POST ${pathname} HTTP/1.1\r\nHost: ${hostname}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nX-Request-Id: ${requestId}\r\n\r\n`);
+    socket.write(body.slice(0, 20));
+    // The gateway has started on the request (its handler counts it in flight) and waits for the rest of the body.
+    await until(async () => (await inFlight()) === 1, 'the request in flight at the gateway');
+    socket.destroy();
+    await closed;
     const logged = () => tg.logLines.map((line) => JSON.parse(line) as Record<string, unknown>).find((line) => line.requestId === requestId);
     await vi.waitFor(() => expect(logged()).toBeDefined(), { timeout: 5_000 });
     expect(logged()).toMatchObject({ msg: 'request', status: 499, credits: 0 });

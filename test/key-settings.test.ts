@@ -32,6 +32,10 @@ let upstream: ScriptedUpstream;
 let tg: TestGateway;
 /** The same store behind a gateway that trusts 127.0.0.1 as a proxy. */
 let proxied: TestGateway;
+/** The key cache TTL of both gateways. */
+const KEY_CACHE_TTL_MS = 200;
+/** `proxied`'s clock (its key cache TTL among others): it stands still unless a test moves it. */
+let proxiedClock = Date.now();
 
 async function admin(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
   const response = await fetch(`${tg.gateway.adminOrigin}${path}`, {
@@ -71,8 +75,13 @@ beforeAll(async () => {
       upstreams: [{ id: 'u1', url: upstream.url }],
     },
   ];
-  tg = await startTestGateway({ networks, config: { auth: { keyCacheTtlMs: 200 } } });
-  proxied = await startTestGateway({ networks, store: tg.store, config: { server: { host: '127.0.0.1', port: 0, trustedProxies: ['127.0.0.1', '10.0.0.0/8'] }, auth: { keyCacheTtlMs: 200 } } });
+  tg = await startTestGateway({ networks, config: { auth: { keyCacheTtlMs: KEY_CACHE_TTL_MS } } });
+  proxied = await startTestGateway({
+    networks,
+    store: tg.store,
+    config: { server: { host: '127.0.0.1', port: 0, trustedProxies: ['127.0.0.1', '10.0.0.0/8'] }, auth: { keyCacheTtlMs: KEY_CACHE_TTL_MS } },
+    now: () => proxiedClock,
+  });
 });
 
 afterAll(async () => {
@@ -316,8 +325,10 @@ describe('PATCH /v1/keys/:key', () => {
     const elsewhere = proxied.url('eth', key.secret);
     expect((await rpc(elsewhere, call('eth_blockNumber'))).status).toBe(200);
     await admin('PATCH', `/v1/keys/${key.id}`, { settings: { allowedMethods: ['eth_getBalance'] } });
-    // The other replica still has the key cached without settings, for at most the TTL (200 ms).
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    // The other replica still has the key cached without settings, for at most the TTL.
+    proxiedClock += KEY_CACHE_TTL_MS - 1;
+    expect((await rpc(elsewhere, call('eth_blockNumber'))).status, 'the cached lookup has no settings yet').toBe(200);
+    proxiedClock += 2;
     expect((await rpc(elsewhere, call('eth_blockNumber'))).body).toStrictEqual(REJECTED('method', 1));
   });
 });

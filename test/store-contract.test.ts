@@ -39,7 +39,7 @@ interface Backing {
 
 type DriverName = 'sqlite' | 'redis' | 'redis-cluster';
 
-async function freshBacking(driver: DriverName): Promise<Backing> {
+async function freshBacking(driver: DriverName, options: { now?: () => number } = {}): Promise<Backing> {
   counter += 1;
   const redisConfig = { driver: 'redis' as const, keyPrefix: `contract:${counter}:${randomBytes(4).toString('hex')}:`, usageRetentionDays: 35, commandTimeoutMs: 5_000, failOpen: false };
   const config: StoreConfig =
@@ -49,7 +49,7 @@ async function freshBacking(driver: DriverName): Promise<Backing> {
         ? { ...redisConfig, url: redis.url }
         : { ...redisConfig, cluster: cluster.get().seeds };
   const another = async () => {
-    const store = await openStore(config);
+    const store = await openStore(config, options);
     opened.push(store);
     return store;
   };
@@ -948,12 +948,14 @@ describe.each<[DriverName, DriverName]>([
   });
 
   it('refuses a snapshot whose team name exists in the target, and leaves the target as it was', async () => {
-    const { store: source } = await freshBacking(fromDriver);
+    // The source's clock, moved by the test: it dates what the source creates.
+    let clock = Date.now();
+    const { store: source } = await freshBacking(fromDriver, { now: () => clock });
     const { store: target } = await freshBacking(toDriver);
     const clashName = uniqueName('clash');
     const first = await source.createTeam({ name: uniqueName('first'), dailyCredits: 100 });
     // Created later, so it comes after `first` in the snapshot: the clash is found mid-import.
-    await new Promise((resolve) => setTimeout(resolve, 5));
+    clock += 1;
     await source.createTeam({ name: clashName, dailyCredits: 100 });
     const existing = await target.createTeam({ name: clashName, dailyCredits: 5 });
 

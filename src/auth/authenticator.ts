@@ -50,8 +50,11 @@ export function createAuthenticator(store: Pick<KeyDirectory, 'findKeyBySecretHa
       ? new LRUCache<string, CachedLookup>({
           max: options.maxEntries,
           ttl: options.ttlMs,
-          // The TTL runs on the gateway's clock (tests move it instead of sleeping).
+          // The TTL runs on the gateway's clock (tests move it instead of sleeping), read on every
+          // lookup: by default the cache reuses a reading for 1 ms of real time, so a clock moved
+          // less than 1 ms after the last lookup would not be seen.
           perf: { now },
+          ttlResolution: 0,
           ttlAutopurge: false,
           // Expired lookups stay (until LRU eviction) as a fallback while the store is unreachable.
           noDeleteOnStaleGet: true,

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { until } from './until.js';
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const CLI = join(ROOT, 'dist', 'cli.js');
@@ -24,8 +25,6 @@ function distIsFresh(): boolean {
   return existsSync(CLI) && statSync(CLI).mtimeMs >= newestSourceMtime(join(ROOT, 'src'));
 }
 
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
-
 /**
  * Builds dist/ when it is missing or older than src/. Test files run in parallel workers; a
  * directory lock keeps two of them from writing dist/ at once (a stale lock of a killed run is
@@ -33,26 +32,34 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
  * another job, only a missing CLI is fatal here.
  */
 export async function ensureBuilt(): Promise<void> {
+  if (distIsFresh()) return;
   const lock = join(tmpdir(), 'tollgate-dist-build.lock');
-  const giveUpAt = Date.now() + 170_000;
-  while (!distIsFresh() && Date.now() < giveUpAt) {
+  const takeLock = (): boolean => {
     try {
       mkdirSync(lock);
+      return true;
     } catch {
       try {
         if (Date.now() - statSync(lock).mtimeMs > 180_000) rmSync(lock, { recursive: true, force: true });
       } catch {
         // released meanwhile
       }
-      await sleep(250);
-      continue;
+      return false;
     }
+  };
+  let locked = false;
+  try {
+    // Another worker holding the lock is building dist/: once it lets go, dist/ is looked at again.
+    await until(() => (locked = takeLock()), 'the dist/ build lock (another test worker is building)', 170_000);
+  } catch {
+    // Still locked after all that time: a dist/cli.js that exists is used as it is (below).
+  }
+  if (locked) {
     try {
       if (!distIsFresh()) spawnSync(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', ROOT], { cwd: ROOT, encoding: 'utf8' });
     } finally {
       rmSync(lock, { recursive: true, force: true });
     }
-    break; // one build is enough, even if src/ changed again meanwhile
   }
   if (!existsSync(CLI)) throw new Error('dist/cli.js is missing: run `npm run build`');
 }

@@ -90,7 +90,11 @@ export async function startScriptedUpstream(initial: ScriptedBehaviour | Behavio
   const timers = new Set<NodeJS.Timeout>();
   let closed = false;
 
-  const sleep = (ms: number): Promise<void> =>
+  /**
+   * Holds an answer back for a behaviour's `delayMs`: a slow upstream is part of the scenario a
+   * test scripts, not a wait for something to happen.
+   */
+  const delayAnswer = (ms: number): Promise<void> =>
     new Promise((resolve) => {
       const t = setTimeout(() => {
         timers.delete(t);
@@ -128,7 +132,7 @@ export async function startScriptedUpstream(initial: ScriptedBehaviour | Behavio
         req.socket.resetAndDestroy();
         return;
       }
-      if (b.delayMs) await sleep(b.delayMs);
+      if (b.delayMs) await delayAnswer(b.delayMs);
       if (closed || res.destroyed) return;
 
       switch (b.kind) {
