@@ -55,7 +55,7 @@ export interface RunningGateway {
   adminOrigin: string;
   /** `http://host:port` of the portal listener, when `portal.enabled`. */
   portalOrigin: string | undefined;
-  /** Resolves when every webhook delivery started so far has ended (tests, shutdown). */
+  /** Resolves when every quota check started so far has ended, and every webhook delivery it or anything else started (tests, shutdown). */
   webhooksIdle(): Promise<void>;
   /** Re-reads the config and swaps networks, upstreams and costs in; throws (and keeps the old) if invalid. */
   reload(): Promise<void>;
@@ -299,7 +299,11 @@ function runningGateway(
     rpcPort: parts.rpcPort,
     adminOrigin: parts.adminOrigin,
     portalOrigin: parts.portalOrigin,
-    webhooksIdle: () => parts.selfService.alerting.sender.idle(),
+    async webhooksIdle() {
+      // The quota alerts' claims first: a claim still in flight hands its event to the sender later.
+      await parts.selfService.alerting.quota.idle();
+      await parts.selfService.alerting.sender.idle();
+    },
     reload: reloader.reload,
     async drain() {
       ctx.draining.value = true;
