@@ -3,8 +3,8 @@ import { defineConfig } from 'vitest/config';
 /**
  * The fast project: tests that start no process (no anvil, redis-server, gateway process or
  * browser), in-process code and real HTTP servers on port 0 only. About half a minute: the first
- * check of a change (`npx vitest run --project fast`). The slow project is everything else;
- * `npm test` runs both.
+ * check of a change (`npx vitest run --project fast`). The slow project is everything else but
+ * the few that run alone (below); `npm test` runs all three.
  */
 const FAST = [
   'test/caching-doc.test.ts',
@@ -33,6 +33,13 @@ const FAST = [
   'test/upstream-quotas.test.ts',
 ];
 
+/**
+ * Tests that measure what a provider sees per second (arrival times at real upstream processes):
+ * on 2 cores, other test files' processes delay some of their sends and bunch others, which is the
+ * machine and not the gateway. They run after everything else, one file at a time.
+ */
+const ALONE = ['test/upstream-rate-limits.test.ts', 'test/upstream-budgets.test.ts'];
+
 export default defineConfig({
   test: {
     // Tests start real processes (anvil, redis-server, gateways); give them room on a 2-core machine.
@@ -41,8 +48,9 @@ export default defineConfig({
     pool: 'forks',
     maxWorkers: 2,
     projects: [
-      { extends: true, test: { name: 'fast', include: FAST } },
-      { extends: true, test: { name: 'slow', include: ['test/**/*.test.ts'], exclude: FAST } },
+      { extends: true, test: { name: 'fast', include: FAST, sequence: { groupOrder: 0 } } },
+      { extends: true, test: { name: 'slow', include: ['test/**/*.test.ts'], exclude: [...FAST, ...ALONE], sequence: { groupOrder: 0 } } },
+      { extends: true, test: { name: 'alone', include: ALONE, maxWorkers: 1, sequence: { groupOrder: 1 } } },
     ],
   },
 });
