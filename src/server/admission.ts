@@ -1,7 +1,8 @@
 import { GatewayError } from '../errors.js';
 import { checkNetworkAllowed, type AuthenticatedKey, type Authenticator } from '../auth/authenticator.js';
 import { rejected, type ItemRules, type RequestFacts } from '../auth/key-policy.js';
-import type { OriginMatcher } from '../auth/key-settings.js';
+import { compileIpRanges, type OriginMatcher } from '../auth/key-settings.js';
+import { clientAddressOf } from '../auth/client-address.js';
 
 /**
  * Who may call, decided once for both transports: an HTTP request, a WebSocket upgrade, every
@@ -38,6 +39,8 @@ export type Admission = Admitted | Refusal;
 export interface Admitter {
   /** The gateway's own origin list (`server.cors.allowedOrigins`): pages of other origins are refused. */
   gatewayAllowsOrigin: OriginMatcher;
+  /** The client's address: the connection's, or the one a trusted proxy (`server.trustedProxies`) forwarded. */
+  clientAddress(remoteAddress: string | undefined, forwardedFor: string | string[] | undefined): string | undefined;
   /**
    * Authenticates `apiKey` and checks it may call `networkId` with what the caller shows. Settles
    * without waiting when the key is cached and has no settings (the common case). Errors that
@@ -57,8 +60,9 @@ function refusalOf(error: unknown, auth: AuthenticatedKey | undefined, bySetting
   return { kind: 'refused', error, auth, rule, bySettings };
 }
 
-export function createAdmitter(deps: { authenticator: Authenticator; gatewayAllowsOrigin: OriginMatcher }): Admitter {
+export function createAdmitter(deps: { authenticator: Authenticator; gatewayAllowsOrigin: OriginMatcher; trustedProxies: readonly string[] }): Admitter {
   const { authenticator, gatewayAllowsOrigin } = deps;
+  const trustedProxies = deps.trustedProxies.length > 0 ? compileIpRanges([...deps.trustedProxies]) : undefined;
 
   function check(auth: AuthenticatedKey, networkId: string, caller: RequestFacts): Admission | Promise<Admission> {
     try {
@@ -84,6 +88,7 @@ export function createAdmitter(deps: { authenticator: Authenticator; gatewayAllo
 
   return {
     gatewayAllowsOrigin,
+    clientAddress: (remoteAddress, forwardedFor) => clientAddressOf(remoteAddress, forwardedFor, trustedProxies),
     admit(apiKey, networkId, caller) {
       let authenticated: AuthenticatedKey | Promise<AuthenticatedKey>;
       try {

@@ -4,8 +4,6 @@ import { randomBytes } from 'node:crypto';
 import { GatewayError, toHttpStatus } from '../errors.js';
 import { errorReply, NULL_ID, parseBody, replyBody, serialiseBatch, serialiseReply, type EnvelopeLimits } from '../jsonrpc/envelope.js';
 import { rejected } from '../auth/key-policy.js';
-import { compileIpRanges } from '../auth/key-settings.js';
-import { clientAddressOf } from '../auth/client-address.js';
 import { preflightHeaders, pushCorsHeaders } from './cors.js';
 import type { GatewayConfig } from '../config/schema.js';
 import { logScrubber, pathForLog, type Logger } from '../logging/logger.js';
@@ -105,7 +103,6 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
   };
   // Which origins' pages may read answers at all; a key's own origin list narrows it.
   const corsAllows = deps.admitter.gatewayAllowsOrigin;
-  const trustedProxies = serverConfig.trustedProxies.length > 0 ? compileIpRanges(serverConfig.trustedProxies) : undefined;
 
   /**
    * Writes the response. Headers go to `writeHead` as a flat `[name, value, ...]` list: with an
@@ -202,7 +199,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
       origin,
       userAgent: headers['user-agent'],
       authorization: headers.authorization,
-      clientAddress: () => clientAddressOf(req.socket.remoteAddress, headers['x-forwarded-for'], trustedProxies),
+      clientAddress: () => deps.admitter.clientAddress(req.socket.remoteAddress, headers['x-forwarded-for']),
     });
     const admission = admitting instanceof Promise ? await admitting : admitting;
     const known = admission.auth;

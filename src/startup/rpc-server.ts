@@ -16,7 +16,8 @@ import { createRequestExplorer, type RequestExplorer } from '../explorer/request
 import type { Tracing } from '../tracing/tracing.js';
 import type { Store } from '../store/index.js';
 import { rankSubscriptionUpstreams } from '../routing/subscription-upstreams.js';
-import { createSubscriptionHub, type SubscriptionHub } from '../websocket/subscription-hub.js';
+import { createSubscriptionHub } from '../websocket/subscription-hub.js';
+import type { SubscriptionHub } from '../websocket/subscription-types.js';
 import { connectUpstreamSocket } from '../websocket/upstream-socket.js';
 import { createWebSocketEndpoint, type WebSocketEndpoint } from '../websocket/ws-endpoint.js';
 import { PROVIDER_SPEND_FLUSH_MS, STORE_ERROR_LOG_INTERVAL_MS, type Accounting, type StartContext } from './start-context.js';
@@ -168,7 +169,11 @@ export function buildRpcServer(
   });
   const calls = createCallDispatcher({ executor, meter, logger });
   // One admission for both transports: the same key, network and settings checks in the same order.
-  const admitter = createAdmitter({ authenticator, gatewayAllowsOrigin: compileOrigins(config.server.cors.allowedOrigins) });
+  const admitter = createAdmitter({
+    authenticator,
+    gatewayAllowsOrigin: compileOrigins(config.server.cors.allowedOrigins),
+    trustedProxies: config.server.trustedProxies,
+  });
   const onFinished = (request: RequestContext, set: NetworkSet): void => {
     networkSets.release(set);
     recordRequest(request);

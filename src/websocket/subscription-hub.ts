@@ -35,10 +35,6 @@ import type { UpstreamSocket } from './upstream-socket.js';
  * in subscription-feed.ts, and the hub's types are in subscription-types.ts.
  */
 
-// The hub's interface lives in subscription-types.ts; these two are re-exported for the modules
-// that name them with the hub.
-export type { SubscriptionHub, SubscriptionKind } from './subscription-types.js';
-
 /**
  * Upstream messages waiting in a network's serial queue (they pile up only while a back-fill or an
  * `eth_subscribe` waits on the upstream). Past it the upstream is left as if it had closed: the

@@ -6,8 +6,6 @@ import { WebSocketServer, type WebSocket } from './ws-library.js';
 import { GatewayError } from '../errors.js';
 import { errorReply, NULL_ID, parseBody, serialiseBatch, serialiseReply, type EnvelopeLimits } from '../jsonrpc/envelope.js';
 import type { RequestFacts } from '../auth/key-policy.js';
-import { compileIpRanges } from '../auth/key-settings.js';
-import { clientAddressOf } from '../auth/client-address.js';
 import type { GatewayConfig } from '../config/schema.js';
 import { bounded, type Logger } from '../logging/logger.js';
 import type { KeyWithTeam } from '../store/index.js';
@@ -32,9 +30,6 @@ import {
   type Connection,
   type WebSocketObserver,
 } from './ws-connection.js';
-
-export type { DisconnectReason, WebSocketObserver } from './ws-connection.js';
-export { httpPathOf } from './ws-upgrade.js';
 
 /**
  * The WebSocket endpoint `{base_url}/ws/v3/<API_KEY>` (docs/websocket.md), an HTTP upgrade on the
@@ -104,7 +99,6 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
   });
   const wss = new WebSocketServer({ noServer: true, maxPayload: settings.maxMessageBytes, perMessageDeflate: false, clientTracking: false });
   const connections = new Set<Connection>();
-  const trustedProxies = deps.server.trustedProxies.length > 0 ? compileIpRanges(deps.server.trustedProxies) : undefined;
   const perKey = new Map<string, number>();
   /** Connections open or being opened (handshake under way): what the process bound counts. */
   let admitted = 0;
@@ -138,7 +132,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
     const apiKey = resolved.value.apiKey;
     const fields: Record<string, unknown> = { network: network.config.id };
     // Read once: every message is admitted again on what the upgrade request carried.
-    const clientAddress = clientAddressOf(req.socket.remoteAddress, req.headers['x-forwarded-for'], trustedProxies);
+    const clientAddress = admitter.clientAddress(req.socket.remoteAddress, req.headers['x-forwarded-for']);
     const facts: RequestFacts = {
       origin: req.headers.origin,
       userAgent: req.headers['user-agent'],
