@@ -41,8 +41,13 @@ export interface SampleDasIndex {
   readonly dataset: SampleDataset;
   /** Keyed by `groupKey + "\0" + groupValue`. */
   readonly groups: ReadonlyMap<string, GroupIndex>;
-  /** Each asset's JSON, serialised once, so a server can splice pages without re-serialising. */
-  readonly json: ReadonlyMap<Asset, string>;
+  /**
+   * Each asset's JSON as UTF-8 bytes, serialised once, so a server splices pages by copying bytes.
+   * (Spliced as strings, a 1,000-asset page of this data set cost about 14 ms to join and encode,
+   * since its non-Latin-1 names make every page a two-byte string: slower than the gateway the
+   * fixture stands behind.)
+   */
+  readonly json: ReadonlyMap<Asset, Buffer>;
 }
 
 export interface AssetsByGroupResult {
@@ -95,7 +100,7 @@ export function createSampleDasIndex(dataset: SampleDataset): SampleDasIndex {
     throw new RangeError('dataset.sortKeys must be parallel to dataset.assets');
   }
   const members = new Map<string, Entry[]>();
-  const json = new Map<Asset, string>();
+  const json = new Map<Asset, Buffer>();
   dataset.assets.forEach((asset, i) => {
     const keys = dataset.sortKeys[i]!;
     if (keys.id !== asset.id) throw new RangeError(`dataset.sortKeys[${i}] belongs to ${keys.id}, not ${asset.id}`);
@@ -108,7 +113,7 @@ export function createSampleDasIndex(dataset: SampleDataset): SampleDasIndex {
       updated: keys.updated,
       recentAction: keys.recentAction,
     };
-    json.set(asset, JSON.stringify(asset));
+    json.set(asset, Buffer.from(JSON.stringify(asset)));
     for (const grouping of asset.grouping) {
       const key = groupKeyOf(grouping.group_key, grouping.group_value);
       let list = members.get(key);

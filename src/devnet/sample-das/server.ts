@@ -44,22 +44,30 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
   return value !== null && typeof value === 'object' && !Array.isArray(value);
 }
 
-function errorReply(id: JsonRpcId, error: JsonRpcErrorObject): string {
-  return JSON.stringify({ jsonrpc: '2.0', id, error });
+function errorReply(id: JsonRpcId, error: JsonRpcErrorObject): Buffer {
+  return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id, error }));
 }
 
-function resultJson(index: SampleDasIndex, result: AssetsByGroupResult): string {
-  let out = `{"total":${result.total},"limit":${result.limit}`;
-  if (result.page !== undefined) out += `,"page":${result.page}`;
-  if (result.before !== undefined) out += `,"before":${JSON.stringify(result.before)}`;
-  if (result.after !== undefined) out += `,"after":${JSON.stringify(result.after)}`;
-  if (result.cursor !== undefined) out += `,"cursor":${JSON.stringify(result.cursor)}`;
-  const items = result.items.map((asset) => index.json.get(asset) ?? JSON.stringify(asset));
-  return `${out},"items":[${items.join(',')}]}`;
+const COMMA = Buffer.from(',');
+
+/** The page as UTF-8 bytes, spliced from each asset's bytes (copied once, by `Buffer.concat`). */
+function resultParts(index: SampleDasIndex, result: AssetsByGroupResult): Buffer[] {
+  let head = `{"total":${result.total},"limit":${result.limit}`;
+  if (result.page !== undefined) head += `,"page":${result.page}`;
+  if (result.before !== undefined) head += `,"before":${JSON.stringify(result.before)}`;
+  if (result.after !== undefined) head += `,"after":${JSON.stringify(result.after)}`;
+  if (result.cursor !== undefined) head += `,"cursor":${JSON.stringify(result.cursor)}`;
+  const parts: Buffer[] = [Buffer.from(`${head},"items":[`)];
+  result.items.forEach((asset, position) => {
+    if (position > 0) parts.push(COMMA);
+    parts.push(index.json.get(asset) ?? Buffer.from(JSON.stringify(asset)));
+  });
+  parts.push(Buffer.from(']}'));
+  return parts;
 }
 
 /** One request object → its reply, or `undefined` for a notification. */
-function handleCall(index: SampleDasIndex, call: unknown): string | undefined {
+function handleCall(index: SampleDasIndex, call: unknown): Buffer | undefined {
   if (!isPlainObject(call)) return errorReply(null, toJsonRpcError(new GatewayError('TG_ERR_INVALID_REQUEST')));
   const hasId = 'id' in call;
   const rawId = call.id;
@@ -76,7 +84,7 @@ function handleCall(index: SampleDasIndex, call: unknown): string | undefined {
   }
   try {
     const result = queryAssetsByGroup(index, parseAssetsByGroupParams(call.params));
-    return `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":${resultJson(index, result)}}`;
+    return Buffer.concat([Buffer.from(`{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":`), ...resultParts(index, result), Buffer.from('}')]);
   } catch (error) {
     if (error instanceof GatewayError) return errorReply(id, toJsonRpcError(error));
     return errorReply(id, toJsonRpcError(new GatewayError('TG_ERR_INTERNAL')));
@@ -84,7 +92,7 @@ function handleCall(index: SampleDasIndex, call: unknown): string | undefined {
 }
 
 /** The reply body for a whole HTTP request body, or `undefined` when nothing is to be answered. */
-function handleBody(index: SampleDasIndex, body: string): string | undefined {
+function handleBody(index: SampleDasIndex, body: string): Buffer | undefined {
   let parsed: unknown;
   try {
     parsed = JSON.parse(body);
@@ -94,17 +102,19 @@ function handleBody(index: SampleDasIndex, body: string): string | undefined {
   if (!Array.isArray(parsed)) return handleCall(index, parsed);
   if (parsed.length === 0) return errorReply(null, toJsonRpcError(new GatewayError('TG_ERR_EMPTY_BATCH')));
   const replies = parsed.map((call) => handleCall(index, call)).filter((reply) => reply !== undefined);
-  return replies.length === 0 ? undefined : `[${replies.join(',')}]`;
+  if (replies.length === 0) return undefined;
+  const parts: Buffer[] = [Buffer.from('[')];
+  replies.forEach((reply, position) => parts.push(...(position > 0 ? [COMMA, reply] : [reply])));
+  parts.push(Buffer.from(']'));
+  return Buffer.concat(parts);
 }
 
-function send(response: ServerResponse, status: number, body: string | undefined, headers: Record<string, string> = {}): void {
+function send(response: ServerResponse, status: number, body: Buffer | undefined, headers: Record<string, string> = {}): void {
   if (body === undefined) {
     response.writeHead(204, headers).end();
     return;
   }
-  response
-    .writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...headers })
-    .end(body);
+  response.writeHead(status, { 'content-type': 'application/json', 'content-length': body.length, ...headers }).end(body);
 }
 
 function handleRequest(index: SampleDasIndex, request: IncomingMessage, response: ServerResponse): void {
