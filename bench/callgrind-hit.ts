@@ -6,7 +6,8 @@
 // The gateway is the built CLI (`dist/cli.js serve`) under `valgrind --tool=callgrind
 // --instr-atstart=no --separate-threads=yes` with `node --perf-basic-prof` (JIT-compiled
 // functions get their JavaScript names in /tmp/perf-<pid>.map, copied next to the dumps), SQLite
-// store, metering on, log level warn, the same anvil as the three evm networks of bench/run.ts,
+// store, metering on, log level warn (`--log-level info`: the default level, one line per request,
+// written to /dev/null), the same anvil as the three evm networks of bench/run.ts,
 // health probes off (under valgrind a probe costs what thousands of hits do, and their number
 // would follow the run's length, not its requests). From this process, over 50 keep-alive
 // connections: 30,000 warm-up hits, a 5 s pause for queued compilations, 2,000 more, then
@@ -44,6 +45,7 @@ const { values: flags } = parseArgs({
     measured: { type: 'string', default: '5000' },
     config: { type: 'string', default: '{}' },
     forwarded: { type: 'boolean', default: false },
+    'log-level': { type: 'string', default: 'warn' },
   },
 });
 const tree = resolve(flags.tree);
@@ -103,7 +105,7 @@ try {
   const child = spawn('valgrind', [...valgrind, process.execPath, '--perf-basic-prof', cli, 'serve', '--config', configFile], {
     cwd: tree,
     stdio: ['ignore', 'ignore', 'inherit'],
-    env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn' },
+    env: { ...process.env, TOLLGATE_LOG_LEVEL: flags['log-level'] },
   });
   gatewayPid = child.pid!;
   const control = (...args: string[]) => execFileSync('callgrind_control', [...args, String(gatewayPid)], { stdio: 'ignore' });
