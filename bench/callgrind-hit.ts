@@ -15,7 +15,8 @@
 // collection off and a dump. Printed: the main thread's instructions / 5,000.
 //
 //   npm run build && node --import tsx bench/callgrind-hit.ts [--out dir] [--measured 5000] [--forwarded]
-//   (`--forwarded`: every call sent with `Cache-Control: no-cache`, so the miss path is counted:
+//   (`--batch 50`: each request a batch of 50 such hits, counted per request;
+//   `--forwarded`: every call sent with `Cache-Control: no-cache`, so the miss path is counted:
 //   reserved, forwarded to anvil, verified, settled)
 //   callgrind_annotate <dir>/callgrind.out.<pid>.1-01   # JIT frames as addresses; map them with the perf map
 //
@@ -46,6 +47,7 @@ const { values: flags } = parseArgs({
     config: { type: 'string', default: '{}' },
     forwarded: { type: 'boolean', default: false },
     'log-level': { type: 'string', default: 'warn' },
+    batch: { type: 'string', default: '0' },
   },
 });
 const tree = resolve(flags.tree);
@@ -125,9 +127,13 @@ try {
     if (Date.now() > deadline) throw new Error('the gateway did not answer within 180 s');
     await sleep(500);
   }
-  const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params: [hash, false] });
-  await post(body);
-  const probe = await post(body);
+  const call = { jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params: [hash, false] };
+  const single = JSON.stringify(call);
+  await post(single);
+  const probe = await post(single);
+  // `--batch N`: each request is a batch of N such calls (ids 1..N), counted per request.
+  const batchSize = Number(flags.batch);
+  const body = batchSize > 0 ? JSON.stringify(Array.from({ length: batchSize }, (_, index) => ({ ...call, id: index + 1 }))) : single;
   const expected = flags.forwarded ? 'bypass' : 'hit';
   if (probe.status !== 200 || probe.headers['x-cache'] !== expected) throw new Error(`not a cache ${expected}: HTTP ${probe.status}, X-Cache ${String(probe.headers['x-cache'])}`);
 
@@ -159,7 +165,7 @@ try {
   if (dump === undefined) throw new Error(`no dump of the main thread in ${outDir}`);
   const totals = /^totals: (\d+)/m.exec(readFileSync(join(outDir, dump), 'utf8'));
   if (totals === null) throw new Error(`no totals line in ${dump}`);
-  console.log(`${tree}: ${Math.round(Number(totals[1]) / MEASURED)} instructions per ${flags.forwarded ? 'forwarded call' : 'hit'} (main thread); dumps in ${outDir}`);
+  console.log(`${tree}: ${Math.round(Number(totals[1]) / MEASURED)} instructions per ${batchSize > 0 ? `batch of ${batchSize} ` : ''}${flags.forwarded ? 'forwarded call' : 'hit'} (main thread); dumps in ${outDir}`);
   child.kill('SIGTERM');
   await new Promise((done) => child.once('exit', done));
 } finally {
