@@ -4,7 +4,7 @@
 
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { scanRequestBody, type ItemSpans } from '../src/jsonrpc/request-scanner.js';
+import { idTextsByMemberName, scanRequestBody, type ItemSpans } from '../src/jsonrpc/request-scanner.js';
 
 const whitespace = fc.constantFrom('', ' ', '\n', '\t', ' \r\n ');
 
@@ -102,5 +102,61 @@ describe('scanRequestBody', () => {
     const spans = scanRequestBody(text) as ItemSpans;
     expect(spans.paramsDepth).toBe(100_000);
     expect(text.slice(spans.idStart, spans.idEnd)).toBe('1');
+  });
+});
+
+/** The scanner's id texts of the items that have an `id` member, in order. */
+function scannedIdTexts(text: string, parsed: unknown[]): string[] {
+  const scanned = scanRequestBody(text);
+  const spansList = Array.isArray(scanned) ? scanned : [scanned];
+  return parsed.flatMap((value, index) => {
+    const spans = spansList[index]!;
+    return value !== null && typeof value === 'object' && !Array.isArray(value) && Object.hasOwn(value, 'id') ? [text.slice(spans.idStart, spans.idEnd)] : [];
+  });
+}
+
+const withIdCount = (values: unknown[]) => values.filter((value) => value !== null && typeof value === 'object' && !Array.isArray(value) && Object.hasOwn(value, 'id')).length;
+
+describe('idTextsByMemberName (the fast path that spares the scan)', () => {
+  it('finds exactly the texts the scanner finds, or declines', () => {
+    let answered = 0;
+    fc.assert(
+      fc.property(fc.array(fc.oneof(objectText, anyValueText), { minLength: 1, maxLength: 8 }), fc.boolean(), whitespace, (items, batch, space) => {
+        const text = batch || items.length > 1 ? `[${space}${items.join(`${space},`)}${space}]` : `${space}${items[0]!}${space}`;
+        const parsed = JSON.parse(text) as unknown;
+        const values = Array.isArray(parsed) && text.trimStart().startsWith('[') && (batch || items.length > 1) ? parsed : [parsed];
+        const found = idTextsByMemberName(text, withIdCount(values));
+        if (found !== undefined) {
+          answered += 1;
+          expect(found).toStrictEqual(scannedIdTexts(text, values));
+        }
+      }),
+      { numRuns: 3_000 },
+    );
+    // The generated bodies must exercise the fast path, not only its refusals.
+    expect(answered).toBeGreaterThan(300);
+  });
+
+  it('answers for request bodies as clients write them, and keeps non-canonical numbers as written', () => {
+    const calls = ['1', '"abc"', 'null', '9007199254740993', '1.0', '-0', '1E+2', '"é🦀"', '"}]{["'].map(
+      (id, index) => `{"jsonrpc":"2.0","id" :\n${id},"method":"eth_getBlockByHash","params":["0x${index}", {"hydrated":false,"note":"id"}]}`,
+    );
+    const text = `[${calls.join(', ')}, {"jsonrpc":"2.0","method":"eth_notify","params":[]}]`;
+    const values = JSON.parse(text) as unknown[];
+    expect(idTextsByMemberName(text, withIdCount(values))).toStrictEqual(['1', '"abc"', 'null', '9007199254740993', '1.0', '-0', '1E+2', '"é🦀"', '"}]{["']);
+  });
+
+  it('declines when it could be wrong: a backslash anywhere, an id member in params, a repeated id', () => {
+    const declined = [
+      '{"jsonrpc":"2.0","id":"a\\"b","method":"m"}',
+      '{"jsonrpc":"2.0","i\\u0064":1,"id":2,"method":"m"}',
+      '[{"jsonrpc":"2.0","id":1,"method":"m","params":[{"id":7}]}]',
+      '[{"jsonrpc":"2.0","method":"m","params":[{"id":7}]},{"jsonrpc":"2.0","id":1,"method":"m"}]',
+      '{"jsonrpc":"2.0","id":1,"id":2,"method":"m"}',
+    ];
+    for (const text of declined) {
+      const parsed = JSON.parse(text) as unknown;
+      expect(idTextsByMemberName(text, withIdCount(Array.isArray(parsed) ? parsed : [parsed])), text).toBeUndefined();
+    }
   });
 });

@@ -1,5 +1,5 @@
 import { GatewayError, toJsonRpcError, type JsonRpcErrorObject } from '../errors.js';
-import { scanRequestBody, type ItemSpans } from './request-scanner.js';
+import { idTextsByMemberName, scanRequestBody, type ItemSpans } from './request-scanner.js';
 
 /**
  * JSON-RPC 2.0 envelopes: the body parsed once into request items, and replies serialised
@@ -69,6 +69,37 @@ function depthOf(value: unknown): number {
   return deepest;
 }
 
+/**
+ * Whether `value` nests deeper than `limit` (`[1]` is 1), stopping at the first level too deep;
+ * without recursion, since the limit may be up to 100,000 levels.
+ */
+function nestsDeeperThan(value: unknown, limit: number): boolean {
+  if (value === null || typeof value !== 'object') return false;
+  const nodes: object[] = [value];
+  const depths: number[] = [1];
+  while (nodes.length > 0) {
+    const node = nodes.pop()!;
+    const depth = depths.pop()!;
+    if (depth > limit) return true;
+    if (Array.isArray(node)) {
+      for (const child of node as unknown[]) {
+        if (child !== null && typeof child === 'object') {
+          nodes.push(child);
+          depths.push(depth + 1);
+        }
+      }
+    } else {
+      for (const child of Object.values(node)) {
+        if (child !== null && typeof child === 'object') {
+          nodes.push(child as object);
+          depths.push(depth + 1);
+        }
+      }
+    }
+  }
+  return false;
+}
+
 /** Names the member of params that nests too deeply: `params.options`, `params[7]`, or `params`. */
 function tooDeepField(params: unknown, maxDepth: number): string {
   if (params === null || typeof params !== 'object') return 'params';
@@ -81,12 +112,17 @@ function tooDeepField(params: unknown, maxDepth: number): string {
   return 'params';
 }
 
-function paramsErrorOf(params: unknown, spans: ItemSpans, text: string, limits: EnvelopeLimits): GatewayError | undefined {
-  if (spans.paramsStart < 0) return undefined;
-  if (spans.paramsDepth > limits.maxParamsDepth) {
+/**
+ * The params' bounds checked: from the scanner's spans of the params text, or (`spans` undefined,
+ * the fast path) from the parsed value, when the whole body is within the size bound.
+ */
+function paramsErrorOf(params: unknown, spans: ItemSpans | undefined, text: string, limits: EnvelopeLimits): GatewayError | undefined {
+  if (spans === undefined ? params === undefined : spans.paramsStart < 0) return undefined;
+  if (spans === undefined ? nestsDeeperThan(params, limits.maxParamsDepth) : spans.paramsDepth > limits.maxParamsDepth) {
     const field = tooDeepField(params, limits.maxParamsDepth);
     return new GatewayError('TG_ERR_INVALID_PARAMS', `Invalid params: ${field} nests deeper than ${limits.maxParamsDepth} levels`);
   }
+  if (spans === undefined) return undefined;
   const bytes = utf8Length(text, spans.paramsStart, spans.paramsEnd, limits.maxParamsBytes);
   if (bytes > limits.maxParamsBytes) {
     return new GatewayError('TG_ERR_INVALID_PARAMS', `Invalid params: params are ${bytes} bytes, at most ${limits.maxParamsBytes} bytes are accepted`);
@@ -94,14 +130,18 @@ function paramsErrorOf(params: unknown, spans: ItemSpans, text: string, limits: 
   return undefined;
 }
 
-function toItem(value: unknown, spans: ItemSpans, text: string, limits: EnvelopeLimits): RequestItem {
+/**
+ * One item of the body. `idText` is the text of its id member when it has one (from the scanner or
+ * the fast path); `spans` are the scanner's, undefined on the fast path.
+ */
+function toItem(value: unknown, idText: string | undefined, spans: ItemSpans | undefined, text: string, limits: EnvelopeLimits): RequestItem {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     return { kind: 'invalid', id: NULL_ID, error: new GatewayError('TG_ERR_INVALID_REQUEST', 'Invalid Request: expected a JSON-RPC request object') };
   }
   const request = value as Record<string, unknown>;
   const hasId = Object.hasOwn(request, 'id');
   const idValid = hasId && isValidId(request.id);
-  const id = idValid && spans.idStart >= 0 ? (text.slice(spans.idStart, spans.idEnd) as IdText) : NULL_ID;
+  const id = idValid && idText !== undefined ? (idText as IdText) : NULL_ID;
   const invalid = (message: string): RequestItem => ({ kind: 'invalid', id, error: new GatewayError('TG_ERR_INVALID_REQUEST', `Invalid Request: ${message}`) });
   if (hasId && !idValid) return invalid('id must be a string, a number or null');
   if (request.jsonrpc !== '2.0') return invalid('jsonrpc must be exactly "2.0"');
@@ -114,6 +154,34 @@ function toItem(value: unknown, spans: ItemSpans, text: string, limits: Envelope
   return { kind: 'call', id, method: request.method, params, paramsError: paramsErrorOf(params, spans, text, limits) };
 }
 
+function hasIdMember(item: unknown): boolean {
+  return item !== null && typeof item === 'object' && !Array.isArray(item) && Object.hasOwn(item, 'id');
+}
+
+/**
+ * The items of a parsed body (`values`: the single value, or the batch's elements). One pass of
+ * `JSON.parse` suffices when the ids' texts can be found by their member names
+ * ({@link idTextsByMemberName}) and the whole body is within the params size bound (so each
+ * params is); otherwise the scanner walks the text for each item's id and params spans.
+ */
+function itemsOf(values: readonly unknown[], text: string, bodyBytes: number, limits: EnvelopeLimits): RequestItem[] {
+  if (bodyBytes <= limits.maxParamsBytes) {
+    let withId = 0;
+    for (const value of values) if (hasIdMember(value)) withId += 1;
+    const idTexts = idTextsByMemberName(text, withId);
+    if (idTexts !== undefined) {
+      let next = 0;
+      return values.map((value) => toItem(value, hasIdMember(value) ? idTexts[next++] : undefined, undefined, text, limits));
+    }
+  }
+  const scanned = scanRequestBody(text);
+  const spansList = Array.isArray(scanned) ? scanned : [scanned];
+  return values.map((value, index) => {
+    const spans = spansList[index] ?? EMPTY_SPANS;
+    return toItem(value, spans.idStart >= 0 ? text.slice(spans.idStart, spans.idEnd) : undefined, spans, text, limits);
+  });
+}
+
 export function parseBody(body: Buffer, limits: EnvelopeLimits): ParsedBody {
   const text = body.toString('utf8');
   let value: unknown;
@@ -124,8 +192,8 @@ export function parseBody(body: Buffer, limits: EnvelopeLimits): ParsedBody {
   }
   if (!Array.isArray(value)) {
     // Only objects have members worth finding; a bare scalar is an invalid request as it is.
-    const spans = value !== null && typeof value === 'object' ? (scanRequestBody(text) as ItemSpans) : EMPTY_SPANS;
-    return { kind: 'single', item: toItem(value, spans, text, limits) };
+    if (value === null || typeof value !== 'object') return { kind: 'single', item: toItem(value, undefined, EMPTY_SPANS, text, limits) };
+    return { kind: 'single', item: itemsOf([value], text, body.length, limits)[0]! };
   }
   if (value.length === 0) return { kind: 'rejected', error: new GatewayError('TG_ERR_EMPTY_BATCH') };
   if (value.length > limits.maxBatchItems) {
@@ -134,8 +202,7 @@ export function parseBody(body: Buffer, limits: EnvelopeLimits): ParsedBody {
       error: new GatewayError('TG_ERR_BATCH_TOO_LARGE', `Invalid Request: batch too large (${value.length} items, at most ${limits.maxBatchItems})`),
     };
   }
-  const spans = scanRequestBody(text) as ItemSpans[];
-  return { kind: 'batch', items: value.map((item, index) => toItem(item, spans[index] ?? EMPTY_SPANS, text, limits)) };
+  return { kind: 'batch', items: itemsOf(value, text, body.length, limits) };
 }
 
 const EMPTY_SPANS: ItemSpans = Object.freeze({ idStart: -1, idEnd: -1, paramsStart: -1, paramsEnd: -1, paramsDepth: 0 });

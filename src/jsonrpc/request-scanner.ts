@@ -163,3 +163,37 @@ export function scanRequestBody(text: string): ItemSpans | ItemSpans[] {
     index = skipWhitespace(text, index + 1);
   }
 }
+
+const COLON = 0x3a;
+
+/**
+ * The text of each `id` member's value in order, found by searching for the member name instead
+ * of walking the structure, when that is exact; otherwise undefined (scan the body instead).
+ *
+ * Exact when the text holds no backslash: then a quote only ever opens or closes a string and no
+ * key is spelled with escapes, so `"id"` followed by a colon is a member named `id`, whatever its
+ * depth (a quote before `id` cannot be a closing one: JSON allows no letter after a string). So
+ * if there are exactly as many of them as items with an `id` member (`itemsWithId`, counted on
+ * the parsed values), none is nested in params or repeated within an item, and the k-th is the
+ * k-th item's. Text inside an id's own value (an object, which is an invalid id) is skipped.
+ */
+export function idTextsByMemberName(text: string, itemsWithId: number): string[] | undefined {
+  if (text.indexOf('\\') >= 0) return undefined;
+  const ids: string[] = [];
+  let from = 0;
+  for (;;) {
+    const name = text.indexOf('"id"', from);
+    if (name < 0) break;
+    const colon = skipWhitespace(text, name + 4);
+    if (text.charCodeAt(colon) !== COLON) {
+      from = name + 4; // the string "id" as a value
+      continue;
+    }
+    if (ids.length === itemsWithId) return undefined;
+    const start = skipWhitespace(text, colon + 1);
+    const end = valueEnd(text, start);
+    ids.push(text.slice(start, end));
+    from = end;
+  }
+  return ids.length === itemsWithId ? ids : undefined;
+}
