@@ -24,6 +24,7 @@ const FAST = [
   'test/price-tables.test.ts',
   'test/quota-alerts.test.ts',
   'test/quota-forecast.test.ts',
+  'test/request-line.test.ts',
   'test/request-scanner.test.ts',
   'test/routing-policies.test.ts',
   'test/sample-das.test.ts',

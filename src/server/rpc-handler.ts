@@ -6,7 +6,7 @@ import { errorReply, NULL_ID, parseBody, replyBody, serialiseBatch, serialiseRep
 import { rejected } from '../auth/key-policy.js';
 import { preflightHeaders, pushCorsHeaders } from './cors.js';
 import type { GatewayConfig } from '../config/schema.js';
-import { logScrubber, pathForLog, type Logger } from '../logging/logger.js';
+import { logRequest, logScrubber, pathForLog, type Logger } from '../logging/logger.js';
 import { CLIENT_CLOSED_REQUEST, clientGone, createRequestContext, requestLogFields, type RequestContext } from './context.js';
 import { BodyTooLargeError, readBody, RequestClosedError } from './request-reader.js';
 import { CLIENT_LEFT, type CallDispatcher } from './call-dispatch.js';
@@ -315,16 +315,13 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     if (logger.isLevelEnabled('info')) {
       // Every string here is either ours, config text, or bounded and scrubbed (docs/security.md).
       const userAgent = headers['user-agent'];
-      logger.info(
-        {
-          requestId: ctx.requestId,
-          path: pathForLog(req.url ?? '', prefixesOf(networks)),
-          ...requestLogFields(ctx),
-          userAgent: userAgent === undefined ? undefined : scrubber.scrubClientText(userAgent, MAX_LOGGED_USER_AGENT),
-          durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
-        },
-        'request',
-      );
+      logRequest(logger, {
+        requestId: ctx.requestId,
+        path: pathForLog(req.url ?? '', prefixesOf(networks)),
+        ...requestLogFields(ctx),
+        userAgent: userAgent === undefined ? undefined : scrubber.scrubClientText(userAgent, MAX_LOGGED_USER_AGENT),
+        durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
+      });
     }
     deps.onFinished(ctx, networks);
   }

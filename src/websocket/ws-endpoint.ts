@@ -7,7 +7,7 @@ import { GatewayError } from '../errors.js';
 import { errorReply, NULL_ID, parseBody, serialiseBatch, serialiseReply, type EnvelopeLimits } from '../jsonrpc/envelope.js';
 import type { RequestFacts } from '../auth/key-policy.js';
 import type { GatewayConfig } from '../config/schema.js';
-import { bounded, type Logger } from '../logging/logger.js';
+import { bounded, logRequest, type Logger } from '../logging/logger.js';
 import type { KeyWithTeam } from '../store/index.js';
 import type { Admitter } from '../server/admission.js';
 import { CLIENT_LEFT, type CallDispatcher } from '../server/call-dispatch.js';
@@ -317,16 +317,13 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
 
   function finish(connection: Connection, ctx: RequestContext, networks: NetworkSet): void {
     if (logger.isLevelEnabled('info')) {
-      logger.info(
-        {
-          requestId: ctx.requestId,
-          transport: 'ws',
-          connectionId: connection.id,
-          ...requestLogFields(ctx),
-          durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
-        },
-        'request',
-      );
+      logRequest(logger, {
+        requestId: ctx.requestId,
+        transport: 'ws',
+        connectionId: connection.id,
+        ...requestLogFields(ctx),
+        durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
+      });
     }
     deps.onFinished(ctx, networks);
   }
