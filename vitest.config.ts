@@ -10,6 +10,7 @@ const FAST = [
   'test/caching-doc.test.ts',
   'test/dashboard.test.ts',
   'test/envelope-scanner.test.ts',
+  'test/envelope.test.ts',
   'test/errors-doc.test.ts',
   'test/gateway-parts.test.ts',
   'test/json-differential.test.ts',

@@ -218,17 +218,6 @@ export function errorReply(id: IdText, error: GatewayError): Reply {
 
 const RESULT_SUFFIX = Buffer.from('}');
 
-/** Serialises one reply into buffers to concatenate (a batch item). */
-function pushReply(reply: Reply, chunks: Buffer[]): void {
-  if ('result' in reply) {
-    chunks.push(Buffer.from(`{"jsonrpc":"2.0","id":${reply.id},"result":`));
-    chunks.push(typeof reply.result === 'string' ? Buffer.from(reply.result) : reply.result);
-    chunks.push(RESULT_SUFFIX);
-  } else {
-    chunks.push(Buffer.from(`{"jsonrpc":"2.0","id":${reply.id},"error":${JSON.stringify(reply.error)}}`));
-  }
-}
-
 /**
  * The body of a single (non-batch) response. Result bytes are copied once, straight into the
  * body: this is every cache hit's response.
@@ -261,17 +250,32 @@ export function replyBody(reply: Reply): Buffer | Buffer[] {
   return serialiseReply(reply);
 }
 
-const BATCH_OPEN = Buffer.from('[');
-const BATCH_SEPARATOR = Buffer.from(',');
-const BATCH_CLOSE = Buffer.from(']');
-
-/** The body of a batch response: the replies in `[...]`. */
+/**
+ * The body of a batch response: the replies in `[...]`, built in one allocation. Each reply's text
+ * (its head, or the whole of an error reply) is written into the body and each result's bytes
+ * copied in once; no buffer per reply is made only to be concatenated.
+ */
 export function serialiseBatch(replies: readonly Reply[]): Buffer {
-  const chunks: Buffer[] = [BATCH_OPEN];
+  const texts: string[] = new Array<string>(replies.length);
+  // '[' and ']', and a ',' between replies.
+  let length = 1 + replies.length;
   replies.forEach((reply, index) => {
-    if (index > 0) chunks.push(BATCH_SEPARATOR);
-    pushReply(reply, chunks);
+    const text = 'result' in reply ? `{"jsonrpc":"2.0","id":${reply.id},"result":` : `{"jsonrpc":"2.0","id":${reply.id},"error":${JSON.stringify(reply.error)}}`;
+    texts[index] = text;
+    length += Buffer.byteLength(text);
+    if ('result' in reply) length += (typeof reply.result === 'string' ? Buffer.byteLength(reply.result) : reply.result.length) + 1;
   });
-  chunks.push(BATCH_CLOSE);
-  return Buffer.concat(chunks);
+  const body = Buffer.allocUnsafe(length);
+  body[0] = 0x5b; // [
+  let offset = 1;
+  replies.forEach((reply, index) => {
+    if (index > 0) body[offset++] = 0x2c; // ,
+    offset += body.write(texts[index]!, offset);
+    if ('result' in reply) {
+      offset += typeof reply.result === 'string' ? body.write(reply.result, offset) : reply.result.copy(body, offset);
+      body[offset++] = 0x7d; // }
+    }
+  });
+  body[offset] = 0x5d; // ]
+  return body;
 }
