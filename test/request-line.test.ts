@@ -5,7 +5,7 @@
 import { Writable } from 'node:stream';
 import fc from 'fast-check';
 import pino from 'pino';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createLogger, logRequest } from '../src/logging/logger.js';
 
 function capture(): { destination: Writable; lines: string[] } {
@@ -57,5 +57,22 @@ describe('logRequest', () => {
     const logger = pino({ level: 'info', messageKey: 'message' }, destination);
     logRequest(logger, { requestId: 'r-1', status: 200 });
     expect(JSON.parse(lines[0]!)).toMatchObject({ requestId: 'r-1', status: 200, message: 'request' });
+  });
+
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('stamps each line with the time of its millisecond, formatted once per millisecond', () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const { destination, lines } = capture();
+    const logger = createLogger({ level: 'info', destination });
+    const timeOf = (line: string) => (JSON.parse(line) as { time: string }).time;
+    vi.setSystemTime(Date.UTC(2026, 10, 26, 10, 0, 0, 7));
+    logRequest(logger, { requestId: 'a' });
+    logger.info('another line');
+    vi.setSystemTime(Date.UTC(2026, 10, 26, 10, 0, 0, 8));
+    logRequest(logger, { requestId: 'b' });
+    expect(lines.map(timeOf)).toStrictEqual(['2026-11-26T10:00:00.007Z', '2026-11-26T10:00:00.007Z', '2026-11-26T10:00:00.008Z']);
   });
 });
