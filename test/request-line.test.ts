@@ -1,6 +1,6 @@
 // The request line (src/logging/logger.ts, logRequest): serialised by one JSON.stringify instead
-// of pino's loop over fields, it must read exactly as `logger.info(fields, 'request')` would
-// have it: same members, same values, same order, the logger's bindings included.
+// of pino's loop over fields, it must be the very line `logger.info(fields, 'request')` writes,
+// byte for byte (its time aside), the logger's bindings included.
 
 import { Writable } from 'node:stream';
 import fc from 'fast-check';
@@ -34,7 +34,7 @@ const fieldValue = fc.oneof(
 const fields = fc.dictionary(fc.string({ minLength: 1, maxLength: 12 }).filter((key) => !['level', 'time', 'msg', 'worker'].includes(key)), fieldValue, { maxKeys: 18 });
 
 describe('logRequest', () => {
-  it('writes what logger.info(fields, "request") writes, parsed and in member order', async () => {
+  it('writes the line logger.info(fields, "request") writes, byte for byte', async () => {
     const { destination, lines } = capture();
     const logger = createLogger({ level: 'info', destination, base: { worker: 3 } });
     fc.assert(
@@ -44,9 +44,7 @@ describe('logRequest', () => {
         logRequest(logger, generated);
         expect(lines).toHaveLength(2);
         const [byPino, byStringify] = lines.map(timeless) as [string, string];
-        expect(JSON.parse(byStringify)).toStrictEqual(JSON.parse(byPino));
-        expect(Object.keys(JSON.parse(byStringify) as object)).toStrictEqual(Object.keys(JSON.parse(byPino) as object));
-        expect(byStringify.endsWith('\n')).toBe(true);
+        expect(byStringify).toBe(byPino);
       }),
       { numRuns: 2_000 },
     );

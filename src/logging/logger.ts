@@ -101,8 +101,8 @@ const INFO = 30;
 const { chindingsSym, lsCacheSym, streamSym, timeSym } = pino.symbols;
 
 /**
- * Logs the one line per request, `msg: "request"`, at info. The line is what
- * `logger.info(fields, 'request')` writes, parsed; the fields are serialised by one native
+ * Logs the one line per request, `msg: "request"`, at info. The line is the one
+ * `logger.info(fields, 'request')` writes, byte for byte; the fields are serialised by one native
  * `JSON.stringify` instead of pino's loop over the object. Why: with about 16 fields, pino's
  * generic per-field work (serializer, stringifier and redaction lookups by key, a string per
  * field) took about 8 µs of CPU per request, the largest single cost of a cache hit at the default

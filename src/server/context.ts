@@ -123,10 +123,11 @@ export function createRequestContext(requestId: string, socket?: Socket, respons
 export const MAX_LOGGED_REASON = 64;
 
 /**
- * The fields of a request's log line that both transports share (HTTP and WebSocket add their
- * own): what happened, in shapes that cannot carry a secret (docs/security.md).
+ * A request's log line: what happened, in shapes that cannot carry a secret (docs/security.md).
+ * Both transports build it here, as one object of one shape (a field a transport lacks is left
+ * undefined and not written): HTTP gives the path and user agent, WebSocket its connection.
  */
-export function requestLogFields(ctx: RequestContext): Record<string, unknown> {
+export function requestLogFields(ctx: RequestContext, path: string | undefined, connectionId: string | undefined, userAgent: string | undefined): Record<string, unknown> {
   const attempts =
     ctx.attempts.length === 0
       ? undefined
@@ -134,6 +135,10 @@ export function requestLogFields(ctx: RequestContext): Record<string, unknown> {
         ? ctx.attempts
         : ctx.attempts.map((attempt) => ({ ...attempt, reason: bounded(attempt.reason, MAX_LOGGED_REASON) }));
   return {
+    requestId: ctx.requestId,
+    transport: ctx.transport === 'ws' ? 'ws' : undefined,
+    connectionId,
+    path,
     network: ctx.networkId,
     teamId: ctx.teamId,
     keyId: ctx.keyId,
@@ -146,6 +151,8 @@ export function requestLogFields(ctx: RequestContext): Record<string, unknown> {
     upstream: ctx.upstream,
     upstreamCalls: ctx.upstreamCalls,
     attempts,
+    userAgent,
+    durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
   };
 }
 

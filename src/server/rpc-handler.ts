@@ -315,13 +315,8 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     if (logger.isLevelEnabled('info')) {
       // Every string here is either ours, config text, or bounded and scrubbed (docs/security.md).
       const userAgent = headers['user-agent'];
-      logRequest(logger, {
-        requestId: ctx.requestId,
-        path: pathForLog(req.url ?? '', prefixesOf(networks)),
-        ...requestLogFields(ctx),
-        userAgent: userAgent === undefined ? undefined : scrubber.scrubClientText(userAgent, MAX_LOGGED_USER_AGENT),
-        durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
-      });
+      const path = pathForLog(req.url ?? '', prefixesOf(networks));
+      logRequest(logger, requestLogFields(ctx, path, undefined, userAgent === undefined ? undefined : scrubber.scrubClientText(userAgent, MAX_LOGGED_USER_AGENT)));
     }
     deps.onFinished(ctx, networks);
   }

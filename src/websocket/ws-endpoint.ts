@@ -317,13 +317,7 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
 
   function finish(connection: Connection, ctx: RequestContext, networks: NetworkSet): void {
     if (logger.isLevelEnabled('info')) {
-      logRequest(logger, {
-        requestId: ctx.requestId,
-        transport: 'ws',
-        connectionId: connection.id,
-        ...requestLogFields(ctx),
-        durationMs: Math.round((performance.now() - ctx.startedAt) * 100) / 100,
-      });
+      logRequest(logger, requestLogFields(ctx, undefined, connection.id, undefined));
     }
     deps.onFinished(ctx, networks);
   }
