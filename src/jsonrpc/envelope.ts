@@ -54,21 +54,6 @@ function utf8Length(text: string, start: number, end: number, limit: number): nu
   return Buffer.byteLength(text.slice(start, end));
 }
 
-/** The depth of `value`'s nesting, counted without recursion (`[1]` is 1). */
-function depthOf(value: unknown): number {
-  if (value === null || typeof value !== 'object') return 0;
-  let deepest = 0;
-  const stack: Array<[unknown, number]> = [[value, 1]];
-  while (stack.length > 0) {
-    const [node, depth] = stack.pop()!;
-    if (depth > deepest) deepest = depth;
-    for (const child of Object.values(node as object)) {
-      if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
-    }
-  }
-  return deepest;
-}
-
 /**
  * Whether `value` nests deeper than `limit` (`[1]` is 1), stopping at the first level too deep;
  * without recursion, since the limit may be up to 100,000 levels.
@@ -104,7 +89,7 @@ function nestsDeeperThan(value: unknown, limit: number): boolean {
 function tooDeepField(params: unknown, maxDepth: number): string {
   if (params === null || typeof params !== 'object') return 'params';
   for (const [key, child] of Object.entries(params)) {
-    if (depthOf(child) + 1 > maxDepth) {
+    if (nestsDeeperThan(child, maxDepth - 1)) {
       const shown = key.length > 64 ? `${key.slice(0, 64)}…` : key;
       return Array.isArray(params) ? `params[${key}]` : `params.${shown}`;
     }
@@ -113,11 +98,12 @@ function tooDeepField(params: unknown, maxDepth: number): string {
 }
 
 /**
- * The params' bounds checked: from the scanner's spans of the params text, or (`spans` undefined,
- * the fast path) from the parsed value, when the whole body is within the size bound.
+ * The params' bounds checked (`params` absent or `null` is within them): depth from the scanner's
+ * spans, or on the fast path (`spans` undefined) from the parsed value; size from the spans, and
+ * on the fast path not at all, since it is taken only when the whole body is within the bound.
  */
 function paramsErrorOf(params: unknown, spans: ItemSpans | undefined, text: string, limits: EnvelopeLimits): GatewayError | undefined {
-  if (spans === undefined ? params === undefined : spans.paramsStart < 0) return undefined;
+  if (params === undefined) return undefined;
   if (spans === undefined ? nestsDeeperThan(params, limits.maxParamsDepth) : spans.paramsDepth > limits.maxParamsDepth) {
     const field = tooDeepField(params, limits.maxParamsDepth);
     return new GatewayError('TG_ERR_INVALID_PARAMS', `Invalid params: ${field} nests deeper than ${limits.maxParamsDepth} levels`);
@@ -191,8 +177,6 @@ export function parseBody(body: Buffer, limits: EnvelopeLimits): ParsedBody {
     return { kind: 'rejected', error: new GatewayError('TG_ERR_PARSE') };
   }
   if (!Array.isArray(value)) {
-    // Only objects have members worth finding; a bare scalar is an invalid request as it is.
-    if (value === null || typeof value !== 'object') return { kind: 'single', item: toItem(value, undefined, EMPTY_SPANS, text, limits) };
     return { kind: 'single', item: itemsOf([value], text, body.length, limits)[0]! };
   }
   if (value.length === 0) return { kind: 'rejected', error: new GatewayError('TG_ERR_EMPTY_BATCH') };
@@ -218,13 +202,23 @@ export function errorReply(id: IdText, error: GatewayError): Reply {
 
 const RESULT_SUFFIX = Buffer.from('}');
 
+/** A result reply's text up to its result, which follows as bytes, then `}`. */
+function resultHead(id: IdText): string {
+  return `{"jsonrpc":"2.0","id":${id},"result":`;
+}
+
+/** An error reply's whole text. */
+function errorText(reply: Reply & { error: JsonRpcErrorObject }): string {
+  return `{"jsonrpc":"2.0","id":${reply.id},"error":${JSON.stringify(reply.error)}}`;
+}
+
 /**
  * The body of a single (non-batch) response. Result bytes are copied once, straight into the
  * body: this is every cache hit's response.
  */
 export function serialiseReply(reply: Reply): Buffer {
-  if (!('result' in reply)) return Buffer.from(`{"jsonrpc":"2.0","id":${reply.id},"error":${JSON.stringify(reply.error)}}`);
-  const head = `{"jsonrpc":"2.0","id":${reply.id},"result":`;
+  if (!('result' in reply)) return Buffer.from(errorText(reply));
+  const head = resultHead(reply.id);
   if (typeof reply.result === 'string') return Buffer.from(`${head}${reply.result}}`);
   const headBytes = Buffer.byteLength(head);
   const body = Buffer.allocUnsafe(headBytes + reply.result.length + 1);
@@ -245,7 +239,7 @@ const SPLICE_MIN_BYTES = 64 * 1024;
 /** The body of a single (non-batch) response: one buffer, or for a large result the parts to write in order. */
 export function replyBody(reply: Reply): Buffer | Buffer[] {
   if ('result' in reply && typeof reply.result !== 'string' && reply.result.length >= SPLICE_MIN_BYTES) {
-    return [Buffer.from(`{"jsonrpc":"2.0","id":${reply.id},"result":`), reply.result, RESULT_SUFFIX];
+    return [Buffer.from(resultHead(reply.id)), reply.result, RESULT_SUFFIX];
   }
   return serialiseReply(reply);
 }
@@ -260,7 +254,7 @@ export function serialiseBatch(replies: readonly Reply[]): Buffer {
   // '[' and ']', and a ',' between replies.
   let length = 1 + replies.length;
   replies.forEach((reply, index) => {
-    const text = 'result' in reply ? `{"jsonrpc":"2.0","id":${reply.id},"result":` : `{"jsonrpc":"2.0","id":${reply.id},"error":${JSON.stringify(reply.error)}}`;
+    const text = 'result' in reply ? resultHead(reply.id) : errorText(reply);
     texts[index] = text;
     length += Buffer.byteLength(text);
     if ('result' in reply) length += (typeof reply.result === 'string' ? Buffer.byteLength(reply.result) : reply.result.length) + 1;

@@ -104,7 +104,10 @@ function handleBody(index: SampleDasIndex, body: string): Buffer | undefined {
   const replies = parsed.map((call) => handleCall(index, call)).filter((reply) => reply !== undefined);
   if (replies.length === 0) return undefined;
   const parts: Buffer[] = [Buffer.from('[')];
-  replies.forEach((reply, position) => parts.push(...(position > 0 ? [COMMA, reply] : [reply])));
+  replies.forEach((reply, position) => {
+    if (position > 0) parts.push(COMMA);
+    parts.push(reply);
+  });
   parts.push(Buffer.from(']'));
   return Buffer.concat(parts);
 }
