@@ -4,20 +4,22 @@
 // and a forwarded call (a reserve and a settle), with `store.waitReplicas` 0 and 1.
 //
 //   npm run bench -- --only "Redis Cluster"        # from bench/run.ts
-//   npx tsx bench/redis-cluster-cost.ts [--seconds 10] [--connections 50]
+//   npx tsx bench/redis-cluster-cost.ts [--seconds 10] [--connections 50] [--pairs 8] [--stores 'one Redis;...']
 //
 // Each target is a `node dist/cli.js serve` process of its own on a store of its own: one local
 // redis-server, one feeding a replica, three masters joined by `redis-cli --cluster create`, or
 // six (three masters, three replicas): a cluster is compared with the single Redis that
 // replicates as it does.
-// The gateways run one after the other, each alone with its Redis, with wrk (bench/wrk.ts) as
-// the load generator; one team, as the bench's other Redis rows.
+// The rows: the gateways run one after the other, each alone with its Redis, with wrk
+// (bench/wrk.ts) as the load generator; one team, as the bench's other Redis rows. Then the
+// verdicts: each cluster against the single Redis that replicates as it does, both gateways
+// running side by side and short rounds alternating between them, the ratio taken per pair.
 
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -25,7 +27,7 @@ import { Redis } from 'ioredis';
 import { issueKey } from '../src/admin/key-issuer.js';
 import { openStore } from '../src/store/index.js';
 import { startRedis, startRedisCluster, type RedisCluster, type RedisServer } from '../test/helpers/redis.js';
-import { redisCost, redisSnapshot, type RedisSnapshot } from './redis-cost.js';
+import { redisCost, redisSnapshot, type RedisCost, type RedisSnapshot } from './redis-cost.js';
 import { cpuSeconds } from './proc-stats.js';
 import { findWrk, prepareWrk, runWrk } from './wrk.js';
 import { CLI, freePort } from './local-processes.js';
@@ -46,9 +48,80 @@ interface Row {
   masterCallCpuMsPer1000: number;
   /** Of the masters' CPU, the time INFO commandstats gives to running the ledger script (per 1,000 calls). */
   masterScriptMsPer1000: number;
+  /** The masters' socket reads per 1,000 calls (`total_reads_processed`). */
+  masterReadsPer1000: number | undefined;
   replicaCpuMsPer1000: number | undefined;
   gatewayCpuUsPerCall: number | undefined;
   errors: number;
+}
+
+/** A store the gateways are measured on: its `store` settings and the Redis nodes to read. */
+interface StoreTarget {
+  store: string;
+  config: { url: string } | { cluster: string[]; waitReplicas?: number };
+  urls: { masters: string[]; replicas: string[] };
+}
+
+/** A store made ready: a team and key under a key prefix of its own, and its idle masters' CPU per second. */
+interface PreparedTarget extends StoreTarget {
+  name: string;
+  keyPrefix: string;
+  secret: string;
+  idleCpuPerSecond: number;
+}
+
+/** A cluster against its like-for-like single Redis in interleaved pairs of rounds: one ratio per pair. */
+interface PairedComparison {
+  reference: string;
+  store: string;
+  scenario: string;
+  /** The cluster's masters' CPU per call (background taken out) ÷ the single Redis's, per pair. */
+  cpuRatios: number[];
+  commandRatios: number[];
+  /** The masters' socket reads per call ÷ the single Redis's: how many commands arrive per read. */
+  readRatios: number[];
+  /** Ledger script calls (`evalsha`) per call ÷ the single Redis's: how large the ledger's batches were. */
+  scriptCallRatios: number[];
+  /** The gateway's own CPU per call on the cluster ÷ on the single Redis, per pair. */
+  gatewayRatios: number[];
+}
+
+export interface ClusterCostOptions {
+  seconds: number;
+  connections: number;
+  /** Only these stores (exact names); all when absent. */
+  stores?: readonly string[];
+  /** Interleaved pairs per like-for-like comparison and scenario (0: none). */
+  pairs: number;
+  /** Every Redis on a core of its own, the gateways, wrk and this process on the rest. */
+  pinRedis: boolean;
+}
+
+export interface ClusterCostResult {
+  rows: Row[];
+  pairs: PairedComparison[];
+}
+
+const SCENARIOS = [
+  ['cache hit (one charge)', true],
+  ['forwarded call (reserve + settle)', false],
+] as const;
+
+/** Each cluster with the single Redis that replicates as it does. */
+const LIKE_FOR_LIKE = [
+  ['one Redis', 'Redis Cluster (3 masters, no replicas)'],
+  ['one Redis with a replica', 'Redis Cluster (3 masters)'],
+] as const;
+
+const PAIR_ROUND_SECONDS = 3;
+
+/** Ledger script calls per 1,000 calls (the script's own commands are counted apart). */
+function scriptCallsPer1000(cost: RedisCost): number {
+  return cost.commandsPer1000.filter(([command]) => command === 'evalsha' || command === 'eval').reduce((sum, [, per1000]) => sum + per1000, 0);
+}
+
+function median(values: readonly number[]): number {
+  return [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 }
 
 /** A JSON-RPC upstream answering every eth_getBlockByHash with a block of that hash. */
@@ -92,6 +165,46 @@ async function stopGateway(child: ChildProcess): Promise<void> {
   await gone;
 }
 
+/** A gateway on `store` (a key prefix of its own), with the response cache on (hits) or off (every call forwarded). */
+async function startTargetGateway(
+  workDir: string,
+  name: string,
+  options: { keyPrefix: string; config: Record<string, unknown>; cached: boolean; upstreamUrl: string; pin: string | undefined },
+): Promise<{ child: ChildProcess; origin: string }> {
+  const configFile = join(workDir, `${name}.json`);
+  const ports = { rpc: await freePort(), admin: await freePort() };
+  writeFileSync(
+    configFile,
+    JSON.stringify({
+      server: { host: '127.0.0.1', port: ports.rpc },
+      admin: { host: '127.0.0.1', port: ports.admin, token: 'bench-admin-token-0123456789' },
+      store: { driver: 'redis', keyPrefix: options.keyPrefix, ...options.config },
+      ...(options.cached ? {} : { cache: { maxBytes: 0 } }),
+      networks: [{ id: 'eth', kind: 'evm', verification: 'off', chainId: 1, baseUrls: ['*/eth'], upstreams: [{ id: 'u1', url: options.upstreamUrl, connections: 128 }] }],
+    }),
+  );
+  const gateway = await startGateway(configFile, ports);
+  if (options.pin !== undefined) pin(gateway.child.pid!, options.pin);
+  return gateway;
+}
+
+/** Moves every thread of process `pid` onto `cpus` (`taskset -a -cp`). */
+function pin(pid: number, cpus: string): void {
+  const moved = spawnSync('taskset', ['-a', '-cp', cpus, String(pid)], { encoding: 'utf8' });
+  if (moved.status !== 0) throw new Error(`taskset -a -cp ${cpus} ${pid} failed: ${moved.stderr || moved.error?.message}`);
+}
+
+/** The process id of the Redis at `url` (`INFO server`). */
+async function redisPid(url: string): Promise<number> {
+  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  try {
+    await client.connect();
+    return Number(/process_id:(\d+)/.exec(await client.info('server'))![1]);
+  } finally {
+    client.disconnect();
+  }
+}
+
 /** Makes `replica` a replica of `primary` and waits until the link is up. */
 async function replicate(replica: RedisServer, primary: RedisServer): Promise<void> {
   const client = new Redis(replica.url);
@@ -118,10 +231,11 @@ function summed(list: readonly RedisSnapshot[]): RedisSnapshot {
     for (const [command, count] of snapshot.calls) calls.set(command, (calls.get(command) ?? 0) + count);
     for (const [command, spent] of snapshot.usec ?? []) usec.set(command, (usec.get(command) ?? 0) + spent);
   }
-  return { calls, usec, cpuSeconds: list.reduce((sum, snapshot) => sum + snapshot.cpuSeconds, 0) };
+  const reads = list.every((snapshot) => snapshot.reads !== undefined) ? list.reduce((sum, snapshot) => sum + snapshot.reads!, 0) : undefined;
+  return { calls, usec, cpuSeconds: list.reduce((sum, snapshot) => sum + snapshot.cpuSeconds, 0), reads };
 }
 
-export async function runRedisClusterCost(options: { seconds: number; connections: number; stores?: readonly string[] }): Promise<Row[]> {
+export async function runRedisClusterCost(options: ClusterCostOptions): Promise<ClusterCostResult> {
   if (findWrk() === undefined) throw new Error('wrk is not installed (apt-get install wrk)');
   const workDir = mkdtempSync(join(tmpdir(), 'tollgate-bench-cluster-'));
   const wrk = prepareWrk(workDir);
@@ -133,6 +247,7 @@ export async function runRedisClusterCost(options: { seconds: number; connection
   let cluster: RedisCluster | undefined;
   let bareCluster: RedisCluster | undefined;
   const rows: Row[] = [];
+  const pairs: PairedComparison[] = [];
   try {
     single = await startRedis();
     // The fair reference for a cluster whose masters each feed a replica: one Redis feeding one.
@@ -142,58 +257,71 @@ export async function runRedisClusterCost(options: { seconds: number; connection
     cluster = await startRedisCluster({ nodeTimeoutMs: 5_000 });
     // Like for like with one Redis: three masters that feed no replica.
     bareCluster = await startRedisCluster({ nodeTimeoutMs: 5_000, replicasPerMaster: 0 });
+    // Pinned: every Redis on the last core, everything else (this process and its upstream, the
+    // gateways, wrk) on the others, so that a Redis is never descheduled for the processes that
+    // load it and its CPU per call is its own work.
+    const cores = availableParallelism();
+    const pins = options.pinRedis && cores >= 2 ? { redis: String(cores - 1), gateway: cores === 2 ? '0' : `0-${cores - 2}` } : undefined;
+    if (pins !== undefined) {
+      pin(process.pid, pins.gateway);
+      const urls = [single.url, primary.url, primaryReplica.url, ...cluster.nodes.map((node) => node.url), ...bareCluster.nodes.map((node) => node.url)];
+      for (const url of urls) pin(await redisPid(url), pins.redis);
+    }
     const masters = new Set((await cluster.masters()).map((master) => master.port));
     const clusterUrls = {
       masters: cluster.nodes.filter((node) => masters.has(node.port)).map((node) => node.url),
       replicas: cluster.nodes.filter((node) => !masters.has(node.port)).map((node) => node.url),
     };
-    const targets = [
+    const targets: StoreTarget[] = [
       { store: 'one Redis', config: { url: single.url }, urls: { masters: [single.url], replicas: [] } },
       { store: 'one Redis with a replica', config: { url: primary.url }, urls: { masters: [primary.url], replicas: [primaryReplica.url] } },
       { store: 'Redis Cluster (3 masters, no replicas)', config: { cluster: bareCluster.seeds }, urls: { masters: bareCluster.seeds, replicas: [] } },
       { store: 'Redis Cluster (3 masters)', config: { cluster: cluster.seeds }, urls: clusterUrls },
       { store: 'Redis Cluster, waitReplicas: 1', config: { cluster: cluster.seeds, waitReplicas: 1 }, urls: clusterUrls },
     ];
+    // Every chosen store: a team and key under a key prefix of its own, and its masters' background
+    // CPU with no client at all, per second (a cluster has three main threads' crons and a cluster
+    // bus, costs that do not grow with calls).
+    const prepared = new Map<string, PreparedTarget>();
     for (const [index, target] of targets.entries()) {
       if (options.stores !== undefined && !options.stores.includes(target.store)) continue;
       const keyPrefix = `bench${index}:`;
-      const storeConfig = { driver: 'redis' as const, keyPrefix, usageRetentionDays: 35, commandTimeoutMs: 2_000, failOpen: false, ...target.config };
-      const store = await openStore(storeConfig);
+      const store = await openStore({ driver: 'redis', keyPrefix, usageRetentionDays: 35, commandTimeoutMs: 2_000, failOpen: false, ...target.config });
       const team = await store.createTeam({ name: 'bench', dailyCredits: 1_000_000_000_000 });
       const { secret } = await issueKey(store, { teamId: team.id });
       await store.close();
-      // The masters' background CPU with no client at all, per second: a cluster has three main
-      // threads' crons and a cluster bus, costs that do not grow with calls.
       const idleBefore = summed((await snapshots(target.urls)).masters);
       const idleStarted = performance.now();
       await new Promise((resolve) => setTimeout(resolve, options.seconds * 1000));
       const idleCpuPerSecond = (summed((await snapshots(target.urls)).masters).cpuSeconds - idleBefore.cpuSeconds) / ((performance.now() - idleStarted) / 1000);
-      for (const [scenario, cached] of [['cache hit (one charge)', true], ['forwarded call (reserve + settle)', false]] as const) {
-        const configFile = join(workDir, `gateway-${index}-${cached}.json`);
-        const ports = { rpc: await freePort(), admin: await freePort() };
-        writeFileSync(
-          configFile,
-          JSON.stringify({
-            server: { host: '127.0.0.1', port: ports.rpc },
-            admin: { host: '127.0.0.1', port: ports.admin, token: 'bench-admin-token-0123456789' },
-            store: { driver: 'redis', keyPrefix, ...target.config },
-            ...(cached ? {} : { cache: { maxBytes: 0 } }),
-            networks: [{ id: 'eth', kind: 'evm', verification: 'off', chainId: 1, baseUrls: ['*/eth'], upstreams: [{ id: 'u1', url: upstreamUrl, connections: 128 }] }],
-          }),
-        );
-        const gateway = await startGateway(configFile, ports);
+      prepared.set(target.store, { ...target, name: `gateway-${index}`, keyPrefix, secret, idleCpuPerSecond });
+    }
+    const hash = `0x${'ab'.repeat(32)}`;
+    const bodyFile = wrk.bodyFile(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params: [hash, false] }));
+    /** One wrk round against `gateway` on `target`, with the masters' (and replicas') counters read around it. */
+    const measure = async (target: PreparedTarget, gateway: { child: ChildProcess; origin: string }, seconds: number) => {
+      const before = await snapshots(target.urls);
+      const cpuBefore = cpuSeconds(gateway.child.pid);
+      const run = await runWrk({ script: wrk.script, bodyFile, url: `${gateway.origin}/eth/v3/${target.secret}`, connections: options.connections, threads: 1, seconds, timeoutS: 10, pin: pins?.gateway });
+      const cpuAfter = cpuSeconds(gateway.child.pid);
+      const after = await snapshots(target.urls);
+      const onMasters = redisCost(summed(before.masters), summed(after.masters), run.requests);
+      return {
+        run,
+        onMasters,
+        onReplicas: target.urls.replicas.length === 0 ? undefined : redisCost(summed(before.replicas), summed(after.replicas), run.requests),
+        masterCallCpuMsPer1000: onMasters.cpuMsPer1000 - (1000 * 1000 * target.idleCpuPerSecond * run.seconds) / run.requests,
+        gatewayCpuUsPerCall: cpuBefore === undefined || cpuAfter === undefined ? undefined : ((cpuAfter - cpuBefore) / run.requests) * 1e6,
+      };
+    };
+
+    // One row per store and scenario, each gateway alone with its store.
+    for (const target of prepared.values()) {
+      for (const [scenario, cached] of SCENARIOS) {
+        const gateway = await startTargetGateway(workDir, `${target.name}-${cached}`, { keyPrefix: target.keyPrefix, config: target.config, cached, upstreamUrl, pin: pins?.gateway });
         try {
-          const hash = `0x${'ab'.repeat(32)}`;
-          const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params: [hash, false] });
-          const round = (seconds: number) => runWrk({ script: wrk.script, bodyFile: wrk.bodyFile(body), url: `${gateway.origin}/eth/v3/${secret}`, connections: options.connections, threads: 1, seconds, timeoutS: 10 });
-          await round(2); // warm-up
-          const before = await snapshots(target.urls);
-          const cpuBefore = cpuSeconds(gateway.child.pid);
-          const measured = await round(options.seconds);
-          const cpuAfter = cpuSeconds(gateway.child.pid);
-          const after = await snapshots(target.urls);
-          const onMasters = redisCost(summed(before.masters), summed(after.masters), measured.requests);
-          const onReplicas = target.urls.replicas.length === 0 ? undefined : redisCost(summed(before.replicas), summed(after.replicas), measured.requests);
+          await measure(target, gateway, 2); // warm-up
+          const { run: measured, onMasters, onReplicas, masterCallCpuMsPer1000, gatewayCpuUsPerCall } = await measure(target, gateway, options.seconds);
           const quantile = (q: number) => measured.quantilesMs[Math.min(measured.quantilesMs.length - 1, Math.floor(q * measured.quantilesMs.length))]!;
           rows.push({
             store: target.store,
@@ -204,15 +332,57 @@ export async function runRedisClusterCost(options: { seconds: number; connection
             commandsPer1000: onMasters.totalPer1000,
             topCommands: onMasters.commandsPer1000.slice(0, 5).map(([command, count]) => `${command} ${Math.round(count)}`).join(', '),
             masterCpuMsPer1000: onMasters.cpuMsPer1000,
-            masterCallCpuMsPer1000: onMasters.cpuMsPer1000 - (1000 * 1000 * idleCpuPerSecond * measured.seconds) / measured.requests,
+            masterCallCpuMsPer1000,
             masterScriptMsPer1000: onMasters.scriptMsPer1000,
+            masterReadsPer1000: onMasters.readsPer1000,
             replicaCpuMsPer1000: onReplicas?.cpuMsPer1000,
-            gatewayCpuUsPerCall: cpuBefore === undefined || cpuAfter === undefined ? undefined : ((cpuAfter - cpuBefore) / measured.requests) * 1e6,
+            gatewayCpuUsPerCall,
             errors: measured.errors + measured.non2xx,
           });
           process.stdout.write(`  ${target.store}, ${scenario}: ${Math.round(measured.requests / measured.seconds)} calls/s, ${onMasters.totalPer1000.toFixed(0)} commands and ${onMasters.cpuMsPer1000.toFixed(1)} ms master CPU per 1,000 calls\n`);
         } finally {
           await stopGateway(gateway.child);
+        }
+      }
+    }
+
+    // The like-for-like verdicts, in interleaved pairs: both gateways run side by side (one on
+    // each store), and rounds alternate between them, so that what the machine does meanwhile
+    // (the other processes on two cores, V8's compilations, the CPU's clock) falls on both alike.
+    // Single rows, one store after the other, moved by ±15% between runs; a pair's ratio is taken
+    // between two rounds seconds apart.
+    for (const [referenceStore, clusterStore] of LIKE_FOR_LIKE) {
+      const reference = prepared.get(referenceStore);
+      const clustered = prepared.get(clusterStore);
+      if (reference === undefined || clustered === undefined || options.pairs === 0) continue;
+      for (const [scenario, cached] of SCENARIOS) {
+        const gateways = [
+          await startTargetGateway(workDir, `${reference.name}-paired-${cached}`, { keyPrefix: reference.keyPrefix, config: reference.config, cached, upstreamUrl, pin: pins?.gateway }),
+          await startTargetGateway(workDir, `${clustered.name}-paired-${cached}`, { keyPrefix: clustered.keyPrefix, config: clustered.config, cached, upstreamUrl, pin: pins?.gateway }),
+        ] as const;
+        try {
+          await measure(reference, gateways[0], 3); // warm-ups
+          await measure(clustered, gateways[1], 3);
+          const cpuRatios: number[] = [];
+          const commandRatios: number[] = [];
+          const readRatios: number[] = [];
+          const scriptCallRatios: number[] = [];
+          const gatewayRatios: number[] = [];
+          for (let pair = 0; pair < options.pairs; pair += 1) {
+            const first = pair % 2 === 0 ? 0 : 1;
+            const results = [undefined, undefined] as [Awaited<ReturnType<typeof measure>> | undefined, Awaited<ReturnType<typeof measure>> | undefined];
+            for (const side of [first, 1 - first]) results[side] = await measure(side === 0 ? reference : clustered, gateways[side]!, PAIR_ROUND_SECONDS);
+            const [mine, theirs] = [results[1]!, results[0]!];
+            cpuRatios.push(mine.masterCallCpuMsPer1000 / theirs.masterCallCpuMsPer1000);
+            commandRatios.push(mine.onMasters.totalPer1000 / theirs.onMasters.totalPer1000);
+            scriptCallRatios.push(scriptCallsPer1000(mine.onMasters) / scriptCallsPer1000(theirs.onMasters));
+            if (mine.onMasters.readsPer1000 !== undefined && theirs.onMasters.readsPer1000 !== undefined) readRatios.push(mine.onMasters.readsPer1000 / theirs.onMasters.readsPer1000);
+            if (mine.gatewayCpuUsPerCall !== undefined && theirs.gatewayCpuUsPerCall !== undefined) gatewayRatios.push(mine.gatewayCpuUsPerCall / theirs.gatewayCpuUsPerCall);
+          }
+          pairs.push({ reference: referenceStore, store: clusterStore, scenario, cpuRatios, commandRatios, readRatios, scriptCallRatios, gatewayRatios });
+          process.stdout.write(`  ${clusterStore} ÷ ${referenceStore}, ${scenario}: Redis CPU per call, median of ${options.pairs} pairs ${median(cpuRatios).toFixed(3)}×\n`);
+        } finally {
+          for (const gateway of gateways) await stopGateway(gateway.child);
         }
       }
     }
@@ -225,41 +395,62 @@ export async function runRedisClusterCost(options: { seconds: number; connection
     await new Promise((resolve) => upstream.close(resolve));
     rmSync(workDir, { recursive: true, force: true });
   }
-  return rows;
+  return { rows, pairs };
 }
 
-export function formatRedisClusterCost(rows: readonly Row[], options: { seconds: number; connections: number }): string {
+export function formatRedisClusterCost(result: ClusterCostResult, options: ClusterCostOptions): string {
+  const { rows } = result;
   const fmt = (value: number | undefined, digits = 1) => (value === undefined ? 'n/a' : value.toFixed(digits));
   const lines = [
     `${REDIS_CLUSTER_SCENARIO}: one gateway process, wrk with ${options.connections} connections, ${options.seconds} s per row after 2 s of warm-up; one team; Redis figures per 1,000 calls, masters summed (replicas apart).`,
     '',
-    '| store | scenario | calls/s | p50 ms | p99 ms | commands per 1,000 calls (masters) | of which | master CPU ms per 1,000 calls | of which per call (background taken out) | of which running the ledger script | replica CPU ms per 1,000 calls | gateway CPU µs/call | errors |',
-    '|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|',
+    '| store | scenario | calls/s | p50 ms | p99 ms | commands per 1,000 calls (masters) | of which | master CPU ms per 1,000 calls | of which per call (background taken out) | of which running the ledger script | socket reads per 1,000 calls (masters) | replica CPU ms per 1,000 calls | gateway CPU µs/call | errors |',
+    '|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|',
     ...rows.map(
       (row) =>
-        `| ${row.store} | ${row.scenario} | ${Math.round(row.callsPerSecond)} | ${fmt(row.p50Ms, 2)} | ${fmt(row.p99Ms, 2)} | ${Math.round(row.commandsPer1000)} | ${row.topCommands} | ${fmt(row.masterCpuMsPer1000)} | ${fmt(row.masterCallCpuMsPer1000)} | ${fmt(row.masterScriptMsPer1000, 2)} | ${fmt(row.replicaCpuMsPer1000)} | ${fmt(row.gatewayCpuUsPerCall, 0)} | ${row.errors} |`,
+        `| ${row.store} | ${row.scenario} | ${Math.round(row.callsPerSecond)} | ${fmt(row.p50Ms, 2)} | ${fmt(row.p99Ms, 2)} | ${Math.round(row.commandsPer1000)} | ${row.topCommands} | ${fmt(row.masterCpuMsPer1000)} | ${fmt(row.masterCallCpuMsPer1000)} | ${fmt(row.masterScriptMsPer1000, 2)} | ${fmt(row.masterReadsPer1000, 0)} | ${fmt(row.replicaCpuMsPer1000)} | ${fmt(row.gatewayCpuUsPerCall, 0)} | ${row.errors} |`,
     ),
   ];
-  const versus = (store: string, referenceStore: string) =>
-    ['cache hit (one charge)', 'forwarded call (reserve + settle)'].map((scenario) => {
+  /** One line per comparison whose rows were both measured: commands and CPU per call, row against row. */
+  const versus = (title: string, store: string, referenceStore: string) => {
+    const parts = SCENARIOS.flatMap(([scenario]) => {
       const reference = rows.find((row) => row.store === referenceStore && row.scenario === scenario);
       const row = rows.find((candidate) => candidate.store === store && candidate.scenario === scenario);
-      if (reference === undefined || row === undefined) return '';
-      return `${scenario}: commands ${(row.commandsPer1000 / reference.commandsPer1000).toFixed(2)}×, Redis CPU ${(row.masterCpuMsPer1000 / reference.masterCpuMsPer1000).toFixed(2)}× (background taken out: ${(row.masterCallCpuMsPer1000 / reference.masterCallCpuMsPer1000).toFixed(2)}×)`;
+      if (reference === undefined || row === undefined) return [];
+      return [`${scenario}: commands ${(row.commandsPer1000 / reference.commandsPer1000).toFixed(2)}×, Redis CPU ${(row.masterCpuMsPer1000 / reference.masterCpuMsPer1000).toFixed(2)}× (background taken out: ${(row.masterCallCpuMsPer1000 / reference.masterCallCpuMsPer1000).toFixed(2)}×)`];
     });
-  lines.push('', `Redis Cluster (3 masters, no replicas) against one Redis, per call: ${versus('Redis Cluster (3 masters, no replicas)', 'one Redis').join('; ')}.`);
-  lines.push(`Redis Cluster (3 masters) against one Redis, per call: ${versus('Redis Cluster (3 masters)', 'one Redis').join('; ')}.`);
-  lines.push(`Redis Cluster (3 masters) against one Redis with a replica (each master has one too): ${versus('Redis Cluster (3 masters)', 'one Redis with a replica').join('; ')}.`);
-  lines.push(`With waitReplicas: 1, against the cluster without: ${versus('Redis Cluster, waitReplicas: 1', 'Redis Cluster (3 masters)').join('; ')}.`);
+    return parts.length === 0 ? [] : [`${title}: ${parts.join('; ')}.`];
+  };
+  lines.push(
+    '',
+    ...versus('Redis Cluster (3 masters, no replicas) against one Redis, per call', 'Redis Cluster (3 masters, no replicas)', 'one Redis'),
+    ...versus('Redis Cluster (3 masters) against one Redis, per call', 'Redis Cluster (3 masters)', 'one Redis'),
+    ...versus('Redis Cluster (3 masters) against one Redis with a replica (each master has one too)', 'Redis Cluster (3 masters)', 'one Redis with a replica'),
+    ...versus('With waitReplicas: 1, against the cluster without', 'Redis Cluster, waitReplicas: 1', 'Redis Cluster (3 masters)'),
+  );
+  if (result.pairs.length > 0) {
+    const spread = (values: readonly number[]) =>
+      values.length === 0 ? 'n/a' : `${median(values).toFixed(3)}× (${Math.min(...values).toFixed(2)}–${Math.max(...values).toFixed(2)})`;
+    lines.push(
+      '',
+      `Like for like in interleaved pairs (both gateways running, ${PAIR_ROUND_SECONDS} s rounds alternating between them, ${options.pairs} pairs; median, and the range over the pairs):`,
+      '',
+      '| cluster | against | scenario | Redis CPU per call (background taken out) | commands per call | ledger script calls per call | socket reads per call | gateway CPU per call |',
+      '|---|---|---|---:|---:|---:|---:|---:|',
+      ...result.pairs.map((pair) => `| ${pair.store} | ${pair.reference} | ${pair.scenario} | ${spread(pair.cpuRatios)} | ${spread(pair.commandRatios)} | ${spread(pair.scriptCallRatios)} | ${spread(pair.readRatios)} | ${spread(pair.gatewayRatios)} |`),
+    );
+  }
   return lines.join('\n');
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   // --stores 'one Redis;Redis Cluster (3 masters, no replicas)': only those rows (exact names).
-  const { values } = parseArgs({ options: { seconds: { type: 'string', default: '10' }, connections: { type: 'string', default: '50' }, stores: { type: 'string' } } });
-  const options = { seconds: Number(values.seconds), connections: Number(values.connections), stores: values.stores?.split(';') };
+  const { values } = parseArgs({
+    options: { seconds: { type: 'string', default: '10' }, connections: { type: 'string', default: '50' }, stores: { type: 'string' }, pairs: { type: 'string', default: '8' }, 'no-pin': { type: 'boolean', default: false } },
+  });
+  const options = { seconds: Number(values.seconds), connections: Number(values.connections), stores: values.stores?.split(';'), pairs: Number(values.pairs), pinRedis: !values['no-pin'] };
   runRedisClusterCost(options).then(
-    (rows) => console.log(`\n${formatRedisClusterCost(rows, options)}`),
+    (result) => console.log(`\n${formatRedisClusterCost(result, options)}`),
     (error: unknown) => {
       console.error(error);
       process.exitCode = 1;

@@ -12,6 +12,8 @@ export interface RedisSnapshot {
   usec?: Map<string, number>;
   /** Redis's user + system CPU seconds (main thread and children). */
   cpuSeconds: number;
+  /** Socket reads Redis made (`total_reads_processed`): fewer per command means more commands per read. */
+  reads?: number;
 }
 
 export interface RedisCost {
@@ -26,6 +28,8 @@ export interface RedisCost {
    * clients and the server's own upkeep, which make up the rest of {@link cpuMsPer1000}.
    */
   scriptMsPer1000: number;
+  /** Socket reads per 1,000 requests, when both snapshots count them. */
+  readsPer1000: number | undefined;
 }
 
 function parseInfo(text: string): Map<string, string> {
@@ -43,6 +47,7 @@ export async function redisSnapshot(url: string): Promise<RedisSnapshot> {
     await client.connect();
     const stats = parseInfo(await client.info('commandstats'));
     const cpu = parseInfo(await client.info('cpu'));
+    const reads = Number(parseInfo(await client.info('stats')).get('total_reads_processed'));
     const calls = new Map<string, number>();
     const usec = new Map<string, number>();
     for (const [name, value] of stats) {
@@ -53,7 +58,7 @@ export async function redisSnapshot(url: string): Promise<RedisSnapshot> {
       usec.set(name.slice('cmdstat_'.length), Number(match[2]));
     }
     const cpuSeconds = ['used_cpu_sys', 'used_cpu_user', 'used_cpu_sys_children', 'used_cpu_user_children'].reduce((sum, field) => sum + Number(cpu.get(field) ?? 0), 0);
-    return { calls, usec, cpuSeconds };
+    return { calls, usec, cpuSeconds, reads };
   } finally {
     client.disconnect();
   }
@@ -78,5 +83,6 @@ export function redisCost(before: RedisSnapshot, after: RedisSnapshot, requests:
     totalPer1000: per1000.reduce((sum, [, value]) => sum + value, 0),
     cpuMsPer1000: (1000 * 1000 * (after.cpuSeconds - before.cpuSeconds)) / requests,
     scriptMsPer1000: scriptUsec / requests,
+    readsPer1000: before.reads === undefined || after.reads === undefined ? undefined : (1000 * (after.reads - before.reads)) / requests,
   };
 }

@@ -980,7 +980,7 @@ async function main(): Promise<void> {
   if (flags.only !== undefined && BUDGETS_SCENARIO.includes(flags.only)) return void console.log(await budgets());
   // Redis Cluster against one Redis (bench/redis-cluster-cost.ts) starts its own Redis and gateways, asked for alone.
   if (flags.only !== undefined && REDIS_CLUSTER_SCENARIO.includes(flags.only)) {
-    const clusterOptions = { seconds: DURATION_S, connections: CONNECTIONS };
+    const clusterOptions = { seconds: DURATION_S, connections: CONNECTIONS, pairs: 8, pinRedis: true };
     return void console.log(formatRedisClusterCost(await runRedisClusterCost(clusterOptions), clusterOptions));
   }
   // Per run 12 scenario pairs (2 warm-ups + 2 × PAIRS rounds, each with a moment to start the load
