@@ -27,7 +27,7 @@ import { Redis } from 'ioredis';
 import { issueKey } from '../src/admin/key-issuer.js';
 import { openStore } from '../src/store/index.js';
 import { startRedis, startRedisCluster, type RedisCluster, type RedisServer } from '../test/helpers/redis.js';
-import { redisCost, redisSnapshot, type RedisCost, type RedisSnapshot } from './redis-cost.js';
+import { redisCost, redisSnapshotter, type RedisCost, type RedisSnapshot } from './redis-cost.js';
 import { cpuSeconds } from './proc-stats.js';
 import { findWrk, prepareWrk, runWrk } from './wrk.js';
 import { CLI, freePort } from './local-processes.js';
@@ -219,9 +219,23 @@ async function replicate(replica: RedisServer, primary: RedisServer): Promise<vo
   }
 }
 
-/** Snapshots of every master (and, apart, every replica) of the cluster, or of the one Redis. */
-async function snapshots(urls: { masters: string[]; replicas: string[] }): Promise<{ masters: RedisSnapshot[]; replicas: RedisSnapshot[] }> {
-  return { masters: await Promise.all(urls.masters.map(redisSnapshot)), replicas: await Promise.all(urls.replicas.map(redisSnapshot)) };
+/**
+ * Snapshots of every master (and, apart, every replica) of the cluster, or of the one Redis, over
+ * connections kept open (one per node).
+ */
+function snapshotReader(): { snapshots(urls: StoreTarget['urls']): Promise<{ masters: RedisSnapshot[]; replicas: RedisSnapshot[] }>; close(): void } {
+  const open = new Map<string, ReturnType<typeof redisSnapshotter>>();
+  const snapshot = async (url: string) => {
+    let snapshotter = open.get(url);
+    if (snapshotter === undefined) open.set(url, (snapshotter = redisSnapshotter(url)));
+    return (await snapshotter).snapshot();
+  };
+  return {
+    snapshots: async (urls) => ({ masters: await Promise.all(urls.masters.map(snapshot)), replicas: await Promise.all(urls.replicas.map(snapshot)) }),
+    close: () => {
+      for (const snapshotter of open.values()) void snapshotter.then((opened) => opened.close(), () => undefined);
+    },
+  };
 }
 
 function summed(list: readonly RedisSnapshot[]): RedisSnapshot {
@@ -248,6 +262,8 @@ export async function runRedisClusterCost(options: ClusterCostOptions): Promise<
   let bareCluster: RedisCluster | undefined;
   const rows: Row[] = [];
   const pairs: PairedComparison[] = [];
+  const reader = snapshotReader();
+  const snapshots = reader.snapshots;
   try {
     single = await startRedis();
     // The fair reference for a cluster whose masters each feed a replica: one Redis feeding one.
@@ -387,6 +403,7 @@ export async function runRedisClusterCost(options: ClusterCostOptions): Promise<
       }
     }
   } finally {
+    reader.close();
     await cluster?.stop();
     await bareCluster?.stop();
     await single?.stop();
