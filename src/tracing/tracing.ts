@@ -1,10 +1,10 @@
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Span, type TextMapGetter, type TextMapSetter } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { AlwaysOnSampler, BatchSpanProcessor, ParentBasedSampler, TracerProvider } from '@opentelemetry/sdk-trace';
 import type { AttemptFacts, AttemptTrace, RequestTrace } from '../routing/call-trace.js';
 import type { AttemptOutcome } from '../routing/upstream.js';
+import { createOtlpJsonExporter } from './otlp-transport.js';
 
 /**
  * OpenTelemetry traces (docs/tracing.md): a span per request and a child span per upstream
@@ -83,7 +83,7 @@ export function createTracing(settings: TracingSettings, options: { random?: () 
     sampler: new ParentBasedSampler({ root: new AlwaysOnSampler() }),
     spanProcessors: [
       new BatchSpanProcessor({
-        exporter: new OTLPTraceExporter({ url: settings.otlpUrl, headers: settings.headers }),
+        exporter: createOtlpJsonExporter({ url: settings.otlpUrl, headers: settings.headers }),
         scheduledDelayMillis: settings.batchDelayMs,
       }),
     ],
