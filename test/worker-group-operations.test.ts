@@ -271,6 +271,10 @@ describe('signals reach every worker', () => {
     setup.writeConfig([evmNetwork('eth', anvil.node.url), evmNetwork('eth2', anvil.node.url)]);
     group.child.kill('SIGHUP');
     await group.waitForLine((line) => line.msg === 'config reloaded in every worker: networks, upstreams and costs', 'the group reloaded');
+    // Each worker logs its reload before it acknowledges it, but the workers' lines and the
+    // primary's come through separate pipes: a worker's line can reach the test after the
+    // primary's line (or answer), so it is awaited, then the count is checked exactly.
+    await until(() => reloadLines(1) >= 1 && reloadLines(2) >= 1, 'both workers logged the reload');
     expect([reloadLines(1), reloadLines(2)]).toStrictEqual([1, 1]);
     expect(await statusesOn('eth2')).toStrictEqual(Array(8).fill(200));
 
@@ -288,6 +292,7 @@ describe('signals reach every worker', () => {
     setup.writeConfig([evmNetwork('eth', anvil.node.url)]);
     const reloaded = await group.admin('/v1/reload', { method: 'POST' });
     expect(await reloaded.json()).toStrictEqual({ reloaded: true, networks: ['eth'] });
+    await until(() => reloadLines(1) >= 2 && reloadLines(2) >= 2, 'both workers logged the second reload');
     expect([reloadLines(1), reloadLines(2)]).toStrictEqual([2, 2]);
     expect(await statusesOn('eth2')).toStrictEqual(Array(8).fill(404));
     expect(await statusesOn('eth')).toStrictEqual(Array(8).fill(200));
