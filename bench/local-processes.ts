@@ -38,6 +38,14 @@ export function runCli(args: string[]): string {
  */
 export const GATEWAY_CPU = cpus().length > 1 && hasTaskset() ? '0' : undefined;
 
+/** Whether processes can be pinned to cores here: `taskset` is installed and there is more than one core. */
+export const CAN_PIN = GATEWAY_CPU !== undefined;
+
+/** Moves every thread of process `pid` onto `cores` (`taskset -a -c -p`). */
+export function pinProcess(pid: number, cores: string): void {
+  execFileSync('taskset', ['-a', '-c', '-p', cores, String(pid)], { stdio: 'ignore' });
+}
+
 function hasTaskset(): boolean {
   try {
     execFileSync('taskset', ['-V'], { stdio: 'ignore' });
@@ -86,7 +94,7 @@ export async function startGateway(options: {
   });
   closeSync(logFd);
   const url = `http://127.0.0.1:${port}${options.keyPath}`;
-  if (GATEWAY_CPU !== undefined) execFileSync('taskset', ['-a', '-c', '-p', GATEWAY_CPU, String(child.pid)], { stdio: 'ignore' });
+  if (GATEWAY_CPU !== undefined) pinProcess(child.pid!, GATEWAY_CPU);
   const chainId = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_chainId', params: [] });
   for (let tries = 0; ; tries += 1) {
     const status = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chainId }).then(

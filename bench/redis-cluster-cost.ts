@@ -15,7 +15,7 @@
 // verdicts: each cluster against the single Redis that replicates as it does, both gateways
 // running side by side and short rounds alternating between them, the ratio taken per pair.
 
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -29,8 +29,8 @@ import { openStore } from '../src/store/index.js';
 import { startRedis, startRedisCluster, type RedisCluster, type RedisServer } from '../test/helpers/redis.js';
 import { redisCost, redisSnapshotter, type RedisCost, type RedisSnapshot } from './redis-cost.js';
 import { cpuSeconds } from './proc-stats.js';
-import { findWrk, prepareWrk, runWrk } from './wrk.js';
-import { CLI, freePort } from './local-processes.js';
+import { findWrk, median, prepareWrk, runWrk, type WrkRound } from './wrk.js';
+import { CAN_PIN, CLI, freePort, pinProcess } from './local-processes.js';
 
 export const REDIS_CLUSTER_SCENARIO = 'Redis Cluster: commands and Redis CPU per call against one Redis';
 
@@ -70,20 +70,39 @@ interface PreparedTarget extends StoreTarget {
   idleCpuPerSecond: number;
 }
 
-/** A cluster against its like-for-like single Redis in interleaved pairs of rounds: one ratio per pair. */
+/** What one round measured, per 1,000 calls (the gateway's CPU per call). */
+interface RoundFigures {
+  onMasters: RedisCost;
+  /** The masters' CPU less their idle CPU over the round. */
+  masterCallCpuMsPer1000: number;
+  gatewayCpuUsPerCall: number | undefined;
+}
+
+/** A cluster against its like-for-like single Redis in interleaved pairs of rounds. */
 interface PairedComparison {
   reference: string;
   store: string;
   scenario: string;
-  /** The cluster's masters' CPU per call (background taken out) ÷ the single Redis's, per pair. */
-  cpuRatios: number[];
-  commandRatios: number[];
-  /** The masters' socket reads per call ÷ the single Redis's: how many commands arrive per read. */
-  readRatios: number[];
-  /** Ledger script calls (`evalsha`) per call ÷ the single Redis's: how large the ledger's batches were. */
-  scriptCallRatios: number[];
-  /** The gateway's own CPU per call on the cluster ÷ on the single Redis, per pair. */
-  gatewayRatios: number[];
+  pairs: Array<{ cluster: RoundFigures; single: RoundFigures }>;
+}
+
+/** The paired table's columns: each a figure per call, compared as cluster ÷ single Redis per pair. */
+const PAIRED_COLUMNS: ReadonlyArray<readonly [title: string, figure: (round: RoundFigures) => number | undefined]> = [
+  ['Redis CPU per call (background taken out)', (round) => round.masterCallCpuMsPer1000],
+  ['commands per call', (round) => round.onMasters.totalPer1000],
+  // How large the ledger's batches were.
+  ['ledger script calls per call', (round) => scriptCallsPer1000(round.onMasters)],
+  // How many commands arrive per read.
+  ['socket reads per call', (round) => round.onMasters.readsPer1000],
+  ['gateway CPU per call', (round) => round.gatewayCpuUsPerCall],
+];
+
+/** Per pair, the cluster's figure ÷ the single Redis's (pairs where either is unknown left out). */
+function pairRatiosOf(comparison: PairedComparison, figure: (round: RoundFigures) => number | undefined): number[] {
+  return comparison.pairs.flatMap(({ cluster, single }) => {
+    const [mine, theirs] = [figure(cluster), figure(single)];
+    return mine === undefined || theirs === undefined ? [] : [mine / theirs];
+  });
 }
 
 export interface ClusterCostOptions {
@@ -118,10 +137,6 @@ const PAIR_ROUND_SECONDS = 3;
 /** Ledger script calls per 1,000 calls (the script's own commands are counted apart). */
 function scriptCallsPer1000(cost: RedisCost): number {
   return cost.commandsPer1000.filter(([command]) => command === 'evalsha' || command === 'eval').reduce((sum, [, per1000]) => sum + per1000, 0);
-}
-
-function median(values: readonly number[]): number {
-  return [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 }
 
 /** A JSON-RPC upstream answering every eth_getBlockByHash with a block of that hash. */
@@ -184,14 +199,8 @@ async function startTargetGateway(
     }),
   );
   const gateway = await startGateway(configFile, ports);
-  if (options.pin !== undefined) pin(gateway.child.pid!, options.pin);
+  if (options.pin !== undefined) pinProcess(gateway.child.pid!, options.pin);
   return gateway;
-}
-
-/** Moves every thread of process `pid` onto `cpus` (`taskset -a -cp`). */
-function pin(pid: number, cpus: string): void {
-  const moved = spawnSync('taskset', ['-a', '-cp', cpus, String(pid)], { encoding: 'utf8' });
-  if (moved.status !== 0) throw new Error(`taskset -a -cp ${cpus} ${pid} failed: ${moved.stderr || moved.error?.message}`);
 }
 
 /** The process id of the Redis at `url` (`INFO server`). */
@@ -277,11 +286,11 @@ export async function runRedisClusterCost(options: ClusterCostOptions): Promise<
     // gateways, wrk) on the others, so that a Redis is never descheduled for the processes that
     // load it and its CPU per call is its own work.
     const cores = availableParallelism();
-    const pins = options.pinRedis && cores >= 2 ? { redis: String(cores - 1), gateway: cores === 2 ? '0' : `0-${cores - 2}` } : undefined;
+    const pins = options.pinRedis && CAN_PIN ? { redis: String(cores - 1), gateway: cores === 2 ? '0' : `0-${cores - 2}` } : undefined;
     if (pins !== undefined) {
-      pin(process.pid, pins.gateway);
+      pinProcess(process.pid, pins.gateway);
       const urls = [single.url, primary.url, primaryReplica.url, ...cluster.nodes.map((node) => node.url), ...bareCluster.nodes.map((node) => node.url)];
-      for (const url of urls) pin(await redisPid(url), pins.redis);
+      for (const url of urls) pinProcess(await redisPid(url), pins.redis);
     }
     const masters = new Set((await cluster.masters()).map((master) => master.port));
     const clusterUrls = {
@@ -315,7 +324,7 @@ export async function runRedisClusterCost(options: ClusterCostOptions): Promise<
     const hash = `0x${'ab'.repeat(32)}`;
     const bodyFile = wrk.bodyFile(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params: [hash, false] }));
     /** One wrk round against `gateway` on `target`, with the masters' (and replicas') counters read around it. */
-    const measure = async (target: PreparedTarget, gateway: { child: ChildProcess; origin: string }, seconds: number) => {
+    const measure = async (target: PreparedTarget, gateway: { child: ChildProcess; origin: string }, seconds: number): Promise<RoundFigures & { run: WrkRound; onReplicas: RedisCost | undefined }> => {
       const before = await snapshots(target.urls);
       const cpuBefore = cpuSeconds(gateway.child.pid);
       const run = await runWrk({ script: wrk.script, bodyFile, url: `${gateway.origin}/eth/v3/${target.secret}`, connections: options.connections, threads: 1, seconds, timeoutS: 10, pin: pins?.gateway });
@@ -372,31 +381,25 @@ export async function runRedisClusterCost(options: ClusterCostOptions): Promise<
       const clustered = prepared.get(clusterStore);
       if (reference === undefined || clustered === undefined || options.pairs === 0) continue;
       for (const [scenario, cached] of SCENARIOS) {
-        const gateways = [
-          await startTargetGateway(workDir, `${reference.name}-paired-${cached}`, { keyPrefix: reference.keyPrefix, config: reference.config, cached, upstreamUrl, pin: pins?.gateway }),
-          await startTargetGateway(workDir, `${clustered.name}-paired-${cached}`, { keyPrefix: clustered.keyPrefix, config: clustered.config, cached, upstreamUrl, pin: pins?.gateway }),
-        ] as const;
+        const gateways: Array<{ child: ChildProcess; origin: string }> = [];
+        const start = async (target: PreparedTarget) => {
+          const gateway = await startTargetGateway(workDir, `${target.name}-paired-${cached}`, { keyPrefix: target.keyPrefix, config: target.config, cached, upstreamUrl, pin: pins?.gateway });
+          gateways.push(gateway);
+          return { target, gateway, round: () => measure(target, gateway, PAIR_ROUND_SECONDS) };
+        };
         try {
-          await measure(reference, gateways[0], 3); // warm-ups
-          await measure(clustered, gateways[1], 3);
-          const cpuRatios: number[] = [];
-          const commandRatios: number[] = [];
-          const readRatios: number[] = [];
-          const scriptCallRatios: number[] = [];
-          const gatewayRatios: number[] = [];
+          const single = await start(reference);
+          const cluster = await start(clustered);
+          await single.round(); // warm-ups
+          await cluster.round();
+          const comparison: PairedComparison = { reference: referenceStore, store: clusterStore, scenario, pairs: [] };
           for (let pair = 0; pair < options.pairs; pair += 1) {
-            const first = pair % 2 === 0 ? 0 : 1;
-            const results = [undefined, undefined] as [Awaited<ReturnType<typeof measure>> | undefined, Awaited<ReturnType<typeof measure>> | undefined];
-            for (const side of [first, 1 - first]) results[side] = await measure(side === 0 ? reference : clustered, gateways[side]!, PAIR_ROUND_SECONDS);
-            const [mine, theirs] = [results[1]!, results[0]!];
-            cpuRatios.push(mine.masterCallCpuMsPer1000 / theirs.masterCallCpuMsPer1000);
-            commandRatios.push(mine.onMasters.totalPer1000 / theirs.onMasters.totalPer1000);
-            scriptCallRatios.push(scriptCallsPer1000(mine.onMasters) / scriptCallsPer1000(theirs.onMasters));
-            if (mine.onMasters.readsPer1000 !== undefined && theirs.onMasters.readsPer1000 !== undefined) readRatios.push(mine.onMasters.readsPer1000 / theirs.onMasters.readsPer1000);
-            if (mine.gatewayCpuUsPerCall !== undefined && theirs.gatewayCpuUsPerCall !== undefined) gatewayRatios.push(mine.gatewayCpuUsPerCall / theirs.gatewayCpuUsPerCall);
+            // Which goes first alternates too.
+            if (pair % 2 === 0) comparison.pairs.push({ single: await single.round(), cluster: await cluster.round() });
+            else comparison.pairs.push({ cluster: await cluster.round(), single: await single.round() });
           }
-          pairs.push({ reference: referenceStore, store: clusterStore, scenario, cpuRatios, commandRatios, readRatios, scriptCallRatios, gatewayRatios });
-          process.stdout.write(`  ${clusterStore} ÷ ${referenceStore}, ${scenario}: Redis CPU per call, median of ${options.pairs} pairs ${median(cpuRatios).toFixed(3)}×\n`);
+          pairs.push(comparison);
+          process.stdout.write(`  ${clusterStore} ÷ ${referenceStore}, ${scenario}: Redis CPU per call, median of ${options.pairs} pairs ${median(pairRatiosOf(comparison, PAIRED_COLUMNS[0]![1])).toFixed(3)}×\n`);
         } finally {
           for (const gateway of gateways) await stopGateway(gateway.child);
         }
@@ -452,9 +455,9 @@ export function formatRedisClusterCost(result: ClusterCostResult, options: Clust
       '',
       `Like for like in interleaved pairs (both gateways running, ${PAIR_ROUND_SECONDS} s rounds alternating between them, ${options.pairs} pairs; median, and the range over the pairs):`,
       '',
-      '| cluster | against | scenario | Redis CPU per call (background taken out) | commands per call | ledger script calls per call | socket reads per call | gateway CPU per call |',
-      '|---|---|---|---:|---:|---:|---:|---:|',
-      ...result.pairs.map((pair) => `| ${pair.store} | ${pair.reference} | ${pair.scenario} | ${spread(pair.cpuRatios)} | ${spread(pair.commandRatios)} | ${spread(pair.scriptCallRatios)} | ${spread(pair.readRatios)} | ${spread(pair.gatewayRatios)} |`),
+      `| cluster | against | scenario | ${PAIRED_COLUMNS.map(([title]) => title).join(' | ')} |`,
+      `|---|---|---|${PAIRED_COLUMNS.map(() => '---:').join('|')}|`,
+      ...result.pairs.map((comparison) => `| ${comparison.store} | ${comparison.reference} | ${comparison.scenario} | ${PAIRED_COLUMNS.map(([, figure]) => spread(pairRatiosOf(comparison, figure))).join(' | ')} |`),
     );
   }
   return lines.join('\n');

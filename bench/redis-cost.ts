@@ -42,12 +42,11 @@ function parseInfo(text: string): Map<string, string> {
 }
 
 export async function redisSnapshot(url: string): Promise<RedisSnapshot> {
-  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  const snapshotter = await redisSnapshotter(url);
   try {
-    await client.connect();
-    return await snapshotOf(client);
+    return await snapshotter.snapshot();
   } finally {
-    client.disconnect();
+    snapshotter.close();
   }
 }
 

@@ -150,7 +150,8 @@ function roundQuantile(round: WrkRound, q: number): number {
   return round.quantilesMs[Math.min(round.quantilesMs.length - 1, Math.floor(q * round.quantilesMs.length))] ?? Number.NaN;
 }
 
-function median(values: number[]): number {
+/** The median (the upper middle of an even count). */
+export function median(values: readonly number[]): number {
   return [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 }
 
