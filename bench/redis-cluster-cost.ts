@@ -4,7 +4,7 @@
 // and a forwarded call (a reserve and a settle), with `store.waitReplicas` 0 and 1.
 //
 //   npm run bench -- --only "Redis Cluster"        # from bench/run.ts
-//   npx tsx bench/redis-cluster-cost.ts [--seconds 10] [--connections 50] [--pairs 8] [--stores 'one Redis;...']
+//   npx tsx bench/redis-cluster-cost.ts [--seconds 10] [--connections 50] [--pairs 24] [--stores 'one Redis;...']
 //
 // Each target is a `node dist/cli.js serve` process of its own on a store of its own: one local
 // redis-server, one feeding a replica, three masters joined by `redis-cli --cluster create`, or
@@ -33,6 +33,13 @@ import { findWrk, median, prepareWrk, runWrk, type WrkRound } from './wrk.js';
 import { CAN_PIN, CLI, freePort, pinProcess } from './local-processes.js';
 
 export const REDIS_CLUSTER_SCENARIO = 'Redis Cluster: commands and Redis CPU per call against one Redis';
+/**
+ * Pairs per like-for-like verdict. A pair's ratio ranges over about 0.8-1.4 on two cores, and the
+ * median of 8 pairs moved between 0.99 and 1.16 from run to run; 24 pairs (3 s rounds, about 13
+ * minutes for the four verdicts) give each median three times the pairs, though two such runs
+ * still read forwarded calls at 1.07 and 1.12 (docs/benchmarks.md, runs 22 and 23).
+ */
+export const CLUSTER_PAIRS = 24;
 
 
 interface Row {
@@ -94,6 +101,8 @@ const PAIRED_COLUMNS: ReadonlyArray<readonly [title: string, figure: (round: Rou
   ['ledger script calls per call', (round) => scriptCallsPer1000(round.onMasters)],
   // How many commands arrive per read.
   ['socket reads per call', (round) => round.onMasters.readsPer1000],
+  // How long the commands are (key names, arguments).
+  ['bytes read per call', (round) => round.onMasters.inputBytesPer1000],
   ['gateway CPU per call', (round) => round.gatewayCpuUsPerCall],
 ];
 
@@ -254,8 +263,15 @@ function summed(list: readonly RedisSnapshot[]): RedisSnapshot {
     for (const [command, count] of snapshot.calls) calls.set(command, (calls.get(command) ?? 0) + count);
     for (const [command, spent] of snapshot.usec ?? []) usec.set(command, (usec.get(command) ?? 0) + spent);
   }
-  const reads = list.every((snapshot) => snapshot.reads !== undefined) ? list.reduce((sum, snapshot) => sum + snapshot.reads!, 0) : undefined;
-  return { calls, usec, cpuSeconds: list.reduce((sum, snapshot) => sum + snapshot.cpuSeconds, 0), reads };
+  const total = (counter: (snapshot: RedisSnapshot) => number | undefined) =>
+    list.every((snapshot) => counter(snapshot) !== undefined) ? list.reduce((sum, snapshot) => sum + counter(snapshot)!, 0) : undefined;
+  return {
+    calls,
+    usec,
+    cpuSeconds: list.reduce((sum, snapshot) => sum + snapshot.cpuSeconds, 0),
+    reads: total((snapshot) => snapshot.reads),
+    inputBytes: total((snapshot) => snapshot.inputBytes),
+  };
 }
 
 export async function runRedisClusterCost(options: ClusterCostOptions): Promise<ClusterCostResult> {
@@ -466,7 +482,7 @@ export function formatRedisClusterCost(result: ClusterCostResult, options: Clust
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   // --stores 'one Redis;Redis Cluster (3 masters, no replicas)': only those rows (exact names).
   const { values } = parseArgs({
-    options: { seconds: { type: 'string', default: '10' }, connections: { type: 'string', default: '50' }, stores: { type: 'string' }, pairs: { type: 'string', default: '8' }, 'no-pin': { type: 'boolean', default: false } },
+    options: { seconds: { type: 'string', default: '10' }, connections: { type: 'string', default: '50' }, stores: { type: 'string' }, pairs: { type: 'string', default: String(CLUSTER_PAIRS) }, 'no-pin': { type: 'boolean', default: false } },
   });
   const options = { seconds: Number(values.seconds), connections: Number(values.connections), stores: values.stores?.split(';'), pairs: Number(values.pairs), pinRedis: !values['no-pin'] };
   runRedisClusterCost(options).then(

@@ -14,6 +14,8 @@ export interface RedisSnapshot {
   cpuSeconds: number;
   /** Socket reads Redis made (`total_reads_processed`): fewer per command means more commands per read. */
   reads?: number;
+  /** Bytes Redis read from clients (`total_net_input_bytes`): longer key names mean more of them. */
+  inputBytes?: number;
 }
 
 export interface RedisCost {
@@ -30,6 +32,8 @@ export interface RedisCost {
   scriptMsPer1000: number;
   /** Socket reads per 1,000 requests, when both snapshots count them. */
   readsPer1000: number | undefined;
+  /** Bytes read from clients per 1,000 requests, when both snapshots count them. */
+  inputBytesPer1000: number | undefined;
 }
 
 function parseInfo(text: string): Map<string, string> {
@@ -73,7 +77,7 @@ async function snapshotOf(client: Redis): Promise<RedisSnapshot> {
     usec.set(name.slice('cmdstat_'.length), Number(match[2]));
   }
   const cpuSeconds = ['used_cpu_sys', 'used_cpu_user', 'used_cpu_sys_children', 'used_cpu_user_children'].reduce((sum, field) => sum + Number(info.get(field) ?? 0), 0);
-  return { calls, usec, cpuSeconds, reads: Number(info.get('total_reads_processed')) };
+  return { calls, usec, cpuSeconds, reads: Number(info.get('total_reads_processed')), inputBytes: Number(info.get('total_net_input_bytes')) };
 }
 
 /**
@@ -95,6 +99,11 @@ export function redisCost(before: RedisSnapshot, after: RedisSnapshot, requests:
     totalPer1000: per1000.reduce((sum, [, value]) => sum + value, 0),
     cpuMsPer1000: (1000 * 1000 * (after.cpuSeconds - before.cpuSeconds)) / requests,
     scriptMsPer1000: scriptUsec / requests,
-    readsPer1000: before.reads === undefined || after.reads === undefined ? undefined : (1000 * (after.reads - before.reads)) / requests,
+    readsPer1000: perThousand(before.reads, after.reads, requests),
+    inputBytesPer1000: perThousand(before.inputBytes, after.inputBytes, requests),
   };
+}
+
+function perThousand(before: number | undefined, after: number | undefined, requests: number): number | undefined {
+  return before === undefined || after === undefined ? undefined : (1000 * (after - before)) / requests;
 }

@@ -44,7 +44,7 @@ import { formatWsFanout, runWsFanout, WS_FANOUT_SCENARIO } from './ws-fanout.js'
 import { formatWorkersBench, runWorkersBench, WORKERS_SCENARIO } from './workers.js';
 import { formatLogsSplit, LOGS_SPLIT_SCENARIO, runLogsSplit } from './logs-split.js';
 import { CACHE_SCENARIO, formatCacheScenarios, runCacheScenarios } from './cache-scenarios.js';
-import { formatRedisClusterCost, REDIS_CLUSTER_SCENARIO, runRedisClusterCost } from './redis-cluster-cost.js';
+import { CLUSTER_PAIRS, formatRedisClusterCost, REDIS_CLUSTER_SCENARIO, runRedisClusterCost } from './redis-cluster-cost.js';
 import { formatObservability, OBSERVABILITY_SCENARIO, runObservability } from './observability.js';
 import { BUDGETS_SCENARIO, formatBudgets, runBudgets } from './budgets.js';
 
@@ -980,7 +980,7 @@ async function main(): Promise<void> {
   if (flags.only !== undefined && BUDGETS_SCENARIO.includes(flags.only)) return void console.log(await budgets());
   // Redis Cluster against one Redis (bench/redis-cluster-cost.ts) starts its own Redis and gateways, asked for alone.
   if (flags.only !== undefined && REDIS_CLUSTER_SCENARIO.includes(flags.only)) {
-    const clusterOptions = { seconds: DURATION_S, connections: CONNECTIONS, pairs: 8, pinRedis: true };
+    const clusterOptions = { seconds: DURATION_S, connections: CONNECTIONS, pairs: CLUSTER_PAIRS, pinRedis: true };
     return void console.log(formatRedisClusterCost(await runRedisClusterCost(clusterOptions), clusterOptions));
   }
   // Per run 12 scenario pairs (2 warm-ups + 2 × PAIRS rounds, each with a moment to start the load

@@ -285,8 +285,9 @@ describe('2. (devnet) a busy sample DAS upstream cannot stall the gateway', () =
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
     const busyMs = await busy;
-    // Sharing the fixture's thread, a probe waited for the whole batch (485 ms of 561 ms).
-    expect(busyMs).toBeGreaterThan(300);
+    // Sharing the fixture's thread, a probe waited for the whole batch (485 ms of 561 ms): the
+    // first probe would then end only with the batch, so there would be one probe, as long as the
+    // batch. How long the batch takes is the machine's business; the probes are measured against it.
     expect(probes.length).toBeGreaterThanOrEqual(2);
     expect(Math.max(...probes)).toBeLessThan(busyMs / 2);
   }, 90_000);

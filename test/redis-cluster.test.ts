@@ -31,7 +31,7 @@ const singleRedis = useRedis();
 const workDir = mkdtempSync(join(tmpdir(), 'tollgate-cluster-'));
 const keyPrefix = `cl${randomBytes(3).toString('hex')}:`;
 const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
-const teamTag = (teamId: string) => `${keyPrefix}{t:${teamId}}:`;
+const teamTag = (teamId: string) => `${keyPrefix}{t:${teamId}}`;
 
 // ---------------------------------------------------------------------------------------------
 // Processes and requests
@@ -233,7 +233,7 @@ describe('gateways on Redis Cluster', () => {
           // Its day total, its key's day total, its usage hashes (daily and hourly) and its recent
           // requests (the request explorer) carry its tag (its reservations index is gone once every
           // reservation settled: Redis drops an empty zset).
-          expect(keysOfTeam.sort()).toEqual([`used:team:${day}`, `used:key:${keyId}:${day}`, `usage:c:${day}`, `usage:r:${day}`, `usage:h:${day}`, 'requests'].map((name) => `${teamTag(team.id)}${name}`).sort());
+          expect(keysOfTeam.sort()).toEqual([`d:${day}`, `k:${keyId}:${day}`, `uc:${day}`, `ur:${day}`, `uh:${day}`, 'requests'].map((name) => `${teamTag(team.id)}${name}`).sort());
           const slots = new Set(await Promise.all(keysOfTeam.map((key) => client.cluster('KEYSLOT', key))));
           expect(slots.size).toBe(1);
         }

@@ -6,10 +6,15 @@
  *   usage:c|r|h:<teamId>:<day>, team-alerts:<teamId>, requests:<teamId>, team:<id>, key:<id>, ...
  *
  * Redis Cluster runs a script only on keys of one node, and a MULTI only on keys of one slot, so:
- * - every key of a team's ledger carries the team's hash tag, `{t:<teamId>}`: its day totals,
+ * - every key of a team's ledger starts with the team's hash tag, `{t:<teamId>}`: its day totals,
  *   its keys' day totals, its throughput bucket, its usage hashes, its reservations and their
- *   index, its alert settings, its recent requests. A team's keys all sit in one slot; teams spread over every shard
- *   by the hash of their id.
+ *   index, its alert settings, its recent requests. A team's keys all sit in one slot; teams
+ *   spread over every shard by the hash of their id. The names after the tag are short
+ *   (`{t:<teamId>}d:<day>`, `{t:<teamId>}r:<reservationId>`, ...): every name a ledger commit
+ *   touches travels in the script's arguments and is read, hashed for its slot and looked up
+ *   by Redis: the one-Redis names with a tag added made a forwarded call carry about 10% more
+ *   bytes to Redis than on one Redis, these about 7% (a reservation's name carries the tag).
+ *   A team's tag never equals `{d}`, `{q}` or `{u:...}`, the other tags.
  * - the directory (teams, keys, secrets, team tokens, webhook deliveries) carries one tag, `{d}`:
  *   it is read on a key-cache miss and written by admins, little next to the ledger, and one slot
  *   keeps its multi-key writes (a team and its listing, a key rotation) atomic.
@@ -109,21 +114,24 @@ export function createRedisKeyspace(prefix: string, clustered: boolean): RedisKe
       upstreamUnits: (period) => `${p}upstream-units:${period}`,
     };
   }
-  const t = (teamId: string) => `${p}{t:${teamId}}:`;
+  // `t:` keeps the tag non-empty: a settle of a reservation whose team is unknown names it with
+  // the team id '', and `{}` is no tag at all (Redis would hash the whole name), which would put
+  // that batch's keys on several nodes.
+  const t = (teamId: string) => `${p}{t:${teamId}}`;
   const d = `${p}{d}:`;
   return {
     clustered,
     prefix,
-    teamDay: (teamId, day) => `${t(teamId)}used:team:${day}`,
-    keyDay: (teamId, keyId, day) => `${t(teamId)}used:key:${keyId}:${day}`,
-    bucket: (teamId) => `${t(teamId)}bucket`,
-    reservation: (teamId, id) => `${t(teamId)}resv:${id}`,
-    reservations: (teamId) => `${t(teamId)}reservations`,
-    reservationPrefix: (teamId) => `${t(teamId)}resv:`,
-    usageCredits: (teamId, day) => `${t(teamId)}usage:c:${day}`,
-    usageRequests: (teamId, day) => `${t(teamId)}usage:r:${day}`,
-    usageHours: (teamId, day) => `${t(teamId)}usage:h:${day}`,
-    providerSpend: (teamId, day) => `${t(teamId)}usage:s:${day}`,
+    teamDay: (teamId, day) => `${t(teamId)}d:${day}`,
+    keyDay: (teamId, keyId, day) => `${t(teamId)}k:${keyId}:${day}`,
+    bucket: (teamId) => `${t(teamId)}b`,
+    reservation: (teamId, id) => `${t(teamId)}r:${id}`,
+    reservations: (teamId) => `${t(teamId)}rs`,
+    reservationPrefix: (teamId) => `${t(teamId)}r:`,
+    usageCredits: (teamId, day) => `${t(teamId)}uc:${day}`,
+    usageRequests: (teamId, day) => `${t(teamId)}ur:${day}`,
+    usageHours: (teamId, day) => `${t(teamId)}uh:${day}`,
+    providerSpend: (teamId, day) => `${t(teamId)}us:${day}`,
     teamAlerts: (teamId) => `${t(teamId)}alerts`,
     requests: (teamId) => `${t(teamId)}requests`,
     team: (id) => `${d}team:${id}`,
