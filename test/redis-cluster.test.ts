@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { issueKey } from '../src/admin/key-issuer.js';
 import { generateSecret, hashSecret } from '../src/auth/api-key.js';
 import { openStore, type Store, type Team } from '../src/store/index.js';
+import { clusterTeamPrefix } from '../src/store/redis-keyspace.js';
 import { ensureBuilt } from './helpers/build.js';
 import { redisSnapshot } from '../bench/redis-cost.js';
 import { useRedis, useRedisCluster } from './helpers/redis.js';
@@ -31,7 +32,7 @@ const singleRedis = useRedis();
 const workDir = mkdtempSync(join(tmpdir(), 'tollgate-cluster-'));
 const keyPrefix = `cl${randomBytes(3).toString('hex')}:`;
 const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
-const teamTag = (teamId: string) => `${keyPrefix}{t:${teamId}}`;
+const teamTag = (teamId: string) => clusterTeamPrefix(keyPrefix, teamId);
 
 // ---------------------------------------------------------------------------------------------
 // Processes and requests

@@ -6,15 +6,16 @@
  *   usage:c|r|h:<teamId>:<day>, team-alerts:<teamId>, requests:<teamId>, team:<id>, key:<id>, ...
  *
  * Redis Cluster runs a script only on keys of one node, and a MULTI only on keys of one slot, so:
- * - every key of a team's ledger starts with the team's hash tag, `{t:<teamId>}`: its day totals,
- *   its keys' day totals, its throughput bucket, its usage hashes, its reservations and their
- *   index, its alert settings, its recent requests. A team's keys all sit in one slot; teams
- *   spread over every shard by the hash of their id. The names after the tag are short
- *   (`{t:<teamId>}d:<day>`, `{t:<teamId>}r:<reservationId>`, ...): every name a ledger commit
- *   touches travels in the script's arguments and is read, hashed for its slot and looked up
- *   by Redis: the one-Redis names with a tag added made a forwarded call carry about 10% more
- *   bytes to Redis than on one Redis, these about 7% (a reservation's name carries the tag).
- *   A team's tag never equals `{d}`, `{q}` or `{u:...}`, the other tags.
+ * - every key of a team's ledger starts with the team's slot tag and id, `{<tag>}<teamId>:`: its
+ *   day totals, its keys' day totals, its throughput bucket, its usage hashes, its reservations
+ *   and their index, its alert settings, its recent requests. A team's keys all sit in one slot;
+ *   teams spread over every shard by the hash of their id. The tag is one to three characters
+ *   derived from the id ({@link clusterTeamTag}), not the id itself: in cluster mode Redis hashes
+ *   the tag of every key each command of a script touches, and a pinned `redis-benchmark` of a
+ *   reserve and a settle's commands cost a cluster node 0.97-1.16x one Redis per call with the
+ *   23-byte tag `{t:team_<16 hex>}` (six rounds of eight at 1.10x or more) and 0.99-1.09x with a
+ *   one-character tag. The names after the id are short (`d:<day>`, `r:<reservationId>`, ...):
+ *   every name a commit touches travels in the script's arguments.
  * - the directory (teams, keys, secrets, team tokens, webhook deliveries) carries one tag, `{d}`:
  *   it is read on a key-cache miss and written by admins, little next to the ledger, and one slot
  *   keeps its multi-key writes (a team and its listing, a key rotation) atomic.
@@ -114,10 +115,7 @@ export function createRedisKeyspace(prefix: string, clustered: boolean): RedisKe
       upstreamUnits: (period) => `${p}upstream-units:${period}`,
     };
   }
-  // `t:` keeps the tag non-empty: a settle of a reservation whose team is unknown names it with
-  // the team id '', and `{}` is no tag at all (Redis would hash the whole name), which would put
-  // that batch's keys on several nodes.
-  const t = (teamId: string) => `${p}{t:${teamId}}`;
+  const t = (teamId: string) => clusterTeamPrefix(p, teamId);
   const d = `${p}{d}:`;
   return {
     clustered,
@@ -156,4 +154,25 @@ export function createRedisKeyspace(prefix: string, clustered: boolean): RedisKe
     upstreamWindow: (scope) => `${p}{u:${scope}}:window`,
     upstreamUnits: (period) => `${p}{q}:upstream-units:${period}`,
   };
+}
+
+/**
+ * A team's slot tag on Redis Cluster: 14 bits of the FNV-1a hash of its id, in base 36 (one to
+ * three characters). Never empty: a settle of a reservation whose team is unknown names it with
+ * the team id '', and `{}` would be no tag at all (Redis would hash the whole name and spread
+ * that batch's keys over several nodes). Teams whose tags collide share a slot, which only
+ * places them together; their names differ by the id that follows the tag.
+ */
+export function clusterTeamTag(teamId: string): string {
+  let hash = 0x811c9dc5;
+  for (let index = 0; index < teamId.length; index += 1) {
+    hash ^= teamId.charCodeAt(index);
+    hash = Math.imul(hash, 0x01000193);
+  }
+  return ((hash >>> 0) & 0x3fff).toString(36);
+}
+
+/** The start every key of a team's ledger shares on Redis Cluster: `<prefix>{<tag>}<teamId>:`. */
+export function clusterTeamPrefix(prefix: string, teamId: string): string {
+  return `${prefix}{${clusterTeamTag(teamId)}}${teamId}:`;
 }
