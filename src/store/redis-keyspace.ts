@@ -13,8 +13,8 @@
  *   derived from the id ({@link clusterTeamTag}), not the id itself: in cluster mode Redis hashes
  *   the tag of every key each command of a script touches, and a pinned `redis-benchmark` of a
  *   reserve and a settle's commands cost a cluster node 0.97-1.16x one Redis per call with the
- *   23-byte tag `{t:team_<16 hex>}` (six rounds of eight at 1.10x or more) and 0.99-1.09x with a
- *   one-character tag. The names after the id are short (`d:<day>`, `r:<reservationId>`, ...):
+ *   23-byte tag `{t:team_<16 hex>}` (median 1.11x, five rounds of eight at 1.10x or more) and
+ *   0.99-1.09x with a one-character tag. The names after the id are short (`d:<day>`, `r:<id>`):
  *   every name a commit touches travels in the script's arguments.
  * - the directory (teams, keys, secrets, team tokens, webhook deliveries) carries one tag, `{d}`:
  *   it is read on a key-cache miss and written by admins, little next to the ledger, and one slot
