@@ -32,7 +32,7 @@ const singleRedis = useRedis();
 const workDir = mkdtempSync(join(tmpdir(), 'tollgate-cluster-'));
 const keyPrefix = `cl${randomBytes(3).toString('hex')}:`;
 const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
-const teamTag = (teamId: string) => clusterTeamPrefix(keyPrefix, teamId);
+const teamPrefix = (teamId: string) => clusterTeamPrefix(keyPrefix, teamId);
 
 // ---------------------------------------------------------------------------------------------
 // Processes and requests
@@ -217,14 +217,14 @@ describe('gateways on Redis Cluster', () => {
       try {
         await client.connect();
         // Each gateway writes its requests to the teams' explorers within explorer.flushIntervalMs.
-        await until(async () => (await Promise.all(teams.map(({ team }) => client.exists(`${teamTag(team.id)}requests`)))).every((found) => found === 1), "every team's recent requests");
+        await until(async () => (await Promise.all(teams.map(({ team }) => client.exists(`${teamPrefix(team.id)}requests`)))).every((found) => found === 1), "every team's recent requests");
         const mastersOfTeams = new Set<string>();
         for (const { team, keyId } of teams) {
           const keysOfTeam: string[] = [];
           for (const node of client.nodes('master')) {
             let cursor = '0';
             do {
-              const [next, found] = await node.scan(cursor, 'MATCH', `${teamTag(team.id)}*`, 'COUNT', 1000);
+              const [next, found] = await node.scan(cursor, 'MATCH', `${teamPrefix(team.id)}*`, 'COUNT', 1000);
               keysOfTeam.push(...found);
               if (found.length > 0) mastersOfTeams.add(`${node.options.port}`);
               cursor = next;
@@ -234,7 +234,7 @@ describe('gateways on Redis Cluster', () => {
           // Its day total, its key's day total, its usage hashes (daily and hourly) and its recent
           // requests (the request explorer) carry its tag (its reservations index is gone once every
           // reservation settled: Redis drops an empty zset).
-          expect(keysOfTeam.sort()).toEqual([`d:${day}`, `k:${keyId}:${day}`, `uc:${day}`, `ur:${day}`, `uh:${day}`, 'requests'].map((name) => `${teamTag(team.id)}${name}`).sort());
+          expect(keysOfTeam.sort()).toEqual([`d:${day}`, `k:${keyId}:${day}`, `uc:${day}`, `ur:${day}`, `uh:${day}`, 'requests'].map((name) => `${teamPrefix(team.id)}${name}`).sort());
           const slots = new Set(await Promise.all(keysOfTeam.map((key) => client.cluster('KEYSLOT', key))));
           expect(slots.size).toBe(1);
         }
@@ -287,7 +287,7 @@ describe('gateways on Redis Cluster', () => {
     const teams: Array<{ team: Team; secret: string; master: number }> = [];
     while (new Set(teams.map((entry) => entry.master)).size < 3 || [...new Set(teams.map((entry) => entry.master))].some((port) => teams.filter((entry) => entry.master === port).length < 2)) {
       const created = await newTeam(1_000_000_000);
-      teams.push({ ...created, master: await nodes.masterOf(teamTag(created.team.id)) });
+      teams.push({ ...created, master: await nodes.masterOf(teamPrefix(created.team.id)) });
     }
     const victim = teams[0]!.master;
     const load = startLoad(replicas, teams, 3);
@@ -302,7 +302,7 @@ describe('gateways on Redis Cluster', () => {
       // killed node comes back (as an operator's supervisor would restart it) and rejoins as its replica.
       // Only once its replica serves its slots: a node without persistence that came back before
       // the failover would resume them empty, and its replica would copy the empty data set.
-      const victimTeam = teamTag(teams[0]!.team.id);
+      const victimTeam = teamPrefix(teams[0]!.team.id);
       await until(async () => (await nodes.masterOf(victimTeam).catch(() => victim)) !== victim && (await nodes.healthy()), 'the cluster to promote the replica', 30_000);
       await nodes.nodes.find((node) => node.port === victim)!.restart();
     }

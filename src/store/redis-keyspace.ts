@@ -74,6 +74,9 @@ export interface RedisKeyspace {
   upstreamUnits(period: string): string;
 }
 
+/** Team key prefixes a cluster keyspace remembers before it starts again. */
+const MAX_REMEMBERED_TEAMS = 100_000;
+
 export function createRedisKeyspace(prefix: string, clustered: boolean): RedisKeyspace {
   const p = prefix;
   if (!clustered) {
@@ -115,7 +118,17 @@ export function createRedisKeyspace(prefix: string, clustered: boolean): RedisKe
       upstreamUnits: (period) => `${p}upstream-units:${period}`,
     };
   }
-  const t = (teamId: string) => clusterTeamPrefix(p, teamId);
+  // A ledger batch names several keys of each of its teams: the prefix (a hash of the id) is
+  // computed once per team, kept while the teams seen stay within a directory's size.
+  const teamPrefixes = new Map<string, string>();
+  const t = (teamId: string): string => {
+    let start = teamPrefixes.get(teamId);
+    if (start === undefined) {
+      if (teamPrefixes.size >= MAX_REMEMBERED_TEAMS) teamPrefixes.clear();
+      teamPrefixes.set(teamId, (start = clusterTeamPrefix(p, teamId)));
+    }
+    return start;
+  };
   const d = `${p}{d}:`;
   return {
     clustered,
