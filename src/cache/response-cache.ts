@@ -1,5 +1,6 @@
 import type { NetworkConfig } from '../config/schema.js';
 import type { HeaderFetcher } from '../routing/finality-probe.js';
+import { contiguous, type ResultBytes } from '../jsonrpc/result-bytes.js';
 import type { BlockCache } from './block-cache.js';
 import { blockRefOf, cacheKey, canonicalParams, resolveFinalizedTag, sharedKey, type BlockRef } from './cache-key.js';
 import { createCanonicalChain, type Anchor, type CanonicalChain } from './canonical-chain.js';
@@ -49,7 +50,8 @@ export interface CachePlan {
   params: unknown;
 }
 
-export type FetchedAnswer<A> = { answer: A; bytes: Buffer | undefined; finality: ServingFinality };
+/** `bytes` as the forwarder returned them; the cache joins a large result's parts only to keep it. */
+export type FetchedAnswer<A> = { answer: A; bytes: ResultBytes | undefined; finality: ServingFinality };
 
 export interface ResponseCache {
   readonly blocks: BlockCache;
@@ -304,8 +306,8 @@ export function createResponseCache(deps: { memory: MemoryTier; shared?: SharedT
         if (fromShared !== undefined) return { hit: fromShared, tier: 'shared' };
       }
       const fetched = await fetch();
-      if (fetched.bytes === undefined) return { fetched };
-      return { fetched: { ...fetched, bytes: await admit(plan, fetched.bytes, fetched.finality, reader) } };
+      if (fetched.bytes === undefined || !plan.storable) return { fetched };
+      return { fetched: { ...fetched, bytes: await admit(plan, contiguous(fetched.bytes), fetched.finality, reader) } };
     },
     stats: memory.stats,
     connected: async () => {

@@ -1,4 +1,5 @@
 import { jsIsValidJson, jsScanEnvelope, type EnvelopeSpans } from './js-envelope-scanner.js';
+import { SPLICE_MIN_BYTES, viewsOf, type ResultBytes } from './result-bytes.js';
 import { createWasmJsonValidator, MAX_WASM_INPUT_BYTES } from './wasm-json-validator.js';
 
 /**
@@ -32,17 +33,18 @@ export function scanEnvelope(bytes: Uint8Array): EnvelopeSpans | undefined {
   return wasm.validate([bytes], bytes.length, true);
 }
 
-/** An upstream answer's envelope members, each its own bytes. */
+/** An upstream answer's envelope members: the id and error in buffers of their own, the result as {@link ResultBytes}. */
 export interface EnvelopeMembers {
   id?: Buffer;
-  result?: Buffer;
+  result?: ResultBytes;
   error?: Buffer;
 }
 
 /**
  * Validates an answer received as `chunks` (`length` bytes in all, as undici delivers them) and
  * returns its members' bytes, or undefined when it is not one valid JSON object in UTF-8. The
- * chunks are copied straight into the validator, not concatenated first.
+ * chunks are copied straight into the validator, not concatenated first, and a large result is
+ * returned as views into them.
  */
 export function readEnvelope(chunks: readonly Buffer[], length: number): EnvelopeMembers | undefined {
   if (wasm === undefined || length > MAX_WASM_INPUT_BYTES) {
@@ -59,7 +61,11 @@ export function readEnvelope(chunks: readonly Buffer[], length: number): Envelop
   if (spans === undefined) return undefined;
   const members: EnvelopeMembers = {};
   if (spans.id !== undefined) members.id = wasm.copyOut(spans.id.start, spans.id.end);
-  if (spans.result !== undefined) members.result = wasm.copyOut(spans.result.start, spans.result.end);
+  if (spans.result !== undefined) {
+    const { start, end } = spans.result;
+    // A large result stays in undici's chunks (see result-bytes.ts); a small one is copied out.
+    members.result = end - start >= SPLICE_MIN_BYTES ? viewsOf(chunks, start, end) : wasm.copyOut(start, end);
+  }
   if (spans.error !== undefined) members.error = wasm.copyOut(spans.error.start, spans.error.end);
   return members;
 }

@@ -1,5 +1,6 @@
 import { GatewayError, toJsonRpcError, type JsonRpcErrorObject } from '../errors.js';
 import { idTextsByMemberName, scanRequestBody, type ItemSpans } from './request-scanner.js';
+import { resultLength, SPLICE_MIN_BYTES, type ResultBytes } from './result-bytes.js';
 
 /**
  * JSON-RPC 2.0 envelopes: the body parsed once into request items, and replies serialised
@@ -193,7 +194,8 @@ const EMPTY_SPANS: ItemSpans = Object.freeze({ idStart: -1, idEnd: -1, paramsSta
 
 /** One answer. A result is JSON text (string or bytes) so cached bytes need no re-serialising. */
 export type Reply =
-  | { id: IdText; result: string | Buffer }
+  /** `result`: JSON text, or the upstream's bytes as they came (a large result in parts, see result-bytes.ts). */
+  | { id: IdText; result: string | ResultBytes }
   | { id: IdText; error: JsonRpcErrorObject; gatewayError?: GatewayError };
 
 export function errorReply(id: IdText, error: GatewayError): Reply {
@@ -221,25 +223,32 @@ export function serialiseReply(reply: Reply): Buffer {
   const head = resultHead(reply.id);
   if (typeof reply.result === 'string') return Buffer.from(`${head}${reply.result}}`);
   const headBytes = Buffer.byteLength(head);
-  const body = Buffer.allocUnsafe(headBytes + reply.result.length + 1);
+  const body = Buffer.allocUnsafe(headBytes + resultLength(reply.result) + 1);
   body.write(head, 0);
-  reply.result.copy(body, headBytes);
+  copyResult(reply.result, body, headBytes);
   body[body.length - 1] = 0x7d; // }
   return body;
 }
 
-/**
- * Results at least this large are not copied into the body: the body is the head, the result's
- * own bytes and the closing brace, which the response writes as one `writev`. Copying a 1.6 MB
- * `getAssetsByGroup` page cost a fresh 1.6 MB allocation per answer (page faults, and GC work
- * for the external memory); below this size one copy is cheaper than a gathered write.
- */
-const SPLICE_MIN_BYTES = 64 * 1024;
+/** Copies a result's bytes into `target` at `offset`; returns how many were copied. */
+function copyResult(result: ResultBytes, target: Buffer, offset: number): number {
+  if (Buffer.isBuffer(result)) return result.copy(target, offset);
+  let copied = 0;
+  for (const part of result) copied += part.copy(target, offset + copied);
+  return copied;
+}
 
-/** The body of a single (non-batch) response: one buffer, or for a large result the parts to write in order. */
+/**
+ * The body of a single (non-batch) response: one buffer, or for a large result the parts to write
+ * in order (the head, the result's own bytes or parts, the closing brace), which the response
+ * writes as one `writev`. Copying a 1.6 MB `getAssetsByGroup` page cost a fresh 1.6 MB allocation
+ * per answer (page faults, and GC work for the external memory); below SPLICE_MIN_BYTES one copy
+ * is cheaper than a gathered write.
+ */
 export function replyBody(reply: Reply): Buffer | Buffer[] {
-  if ('result' in reply && typeof reply.result !== 'string' && reply.result.length >= SPLICE_MIN_BYTES) {
-    return [Buffer.from(resultHead(reply.id)), reply.result, RESULT_SUFFIX];
+  if ('result' in reply && typeof reply.result !== 'string' && resultLength(reply.result) >= SPLICE_MIN_BYTES) {
+    const head = Buffer.from(resultHead(reply.id));
+    return Buffer.isBuffer(reply.result) ? [head, reply.result, RESULT_SUFFIX] : [head, ...reply.result, RESULT_SUFFIX];
   }
   return serialiseReply(reply);
 }
@@ -257,7 +266,7 @@ export function serialiseBatch(replies: readonly Reply[]): Buffer {
     const text = 'result' in reply ? resultHead(reply.id) : errorText(reply);
     texts[index] = text;
     length += Buffer.byteLength(text);
-    if ('result' in reply) length += (typeof reply.result === 'string' ? Buffer.byteLength(reply.result) : reply.result.length) + 1;
+    if ('result' in reply) length += (typeof reply.result === 'string' ? Buffer.byteLength(reply.result) : resultLength(reply.result)) + 1;
   });
   const body = Buffer.allocUnsafe(length);
   body[0] = 0x5b; // [
@@ -266,7 +275,7 @@ export function serialiseBatch(replies: readonly Reply[]): Buffer {
     if (index > 0) body[offset++] = 0x2c; // ,
     offset += body.write(texts[index]!, offset);
     if ('result' in reply) {
-      offset += typeof reply.result === 'string' ? body.write(reply.result, offset) : reply.result.copy(body, offset);
+      offset += typeof reply.result === 'string' ? body.write(reply.result, offset) : copyResult(reply.result, body, offset);
       body[offset++] = 0x7d; // }
     }
   });

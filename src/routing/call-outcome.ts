@@ -1,11 +1,12 @@
 import { GatewayError, type JsonRpcErrorObject } from '../errors.js';
+import type { ResultBytes } from '../jsonrpc/result-bytes.js';
 import { OVER_BUDGET } from './policies/budget.js';
 import type { Attempt, CallOutcome, Execution, RoutedUpstream } from './policies/types.js';
 
 /** How a forwarded call ended, as the call executor sees it. */
 export type ForwardOutcome =
   /** `resultBytes`: the result JSON as the upstream sent it; `result`: parsed, for checked methods only. */
-  | { kind: 'result'; resultBytes: Buffer; result?: unknown; upstream: string; attempts: Attempt[] }
+  | { kind: 'result'; resultBytes: ResultBytes; result?: unknown; upstream: string; attempts: Attempt[] }
   | { kind: 'rpc-error'; error: JsonRpcErrorObject; upstream: string; attempts: Attempt[] }
   | { kind: 'failed'; error: GatewayError; attempts: Attempt[] };
 

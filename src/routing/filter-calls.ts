@@ -7,6 +7,7 @@ import type { FilterIds, FilterScope } from './filter-ids.js';
 import { failoverPolicy } from './policies/failover.js';
 import { attemptEachCandidate, type AttemptPolicy } from './policies/types.js';
 import type { StatefulRouteDeps } from './stateful-deps.js';
+import { contiguous } from '../jsonrpc/result-bytes.js';
 
 /**
  * Filters live on the node that created them (docs/routing.md#filters):
@@ -50,7 +51,7 @@ export function createFilterCalls(deps: StatefulRouteDeps, filterIds: FilterIds)
   function remember(outcome: ForwardOutcome, prepared: PreparedCall): void {
     if (outcome.kind !== 'result' || prepared.method !== 'eth_newFilter') return;
     const params = upstreamParams(prepared, upstreams[0]!.config);
-    const id = parseString(outcome.resultBytes);
+    const id = parseString(contiguous(outcome.resultBytes));
     if (id === undefined || !Array.isArray(params)) return;
     if (criteria.size >= MAX_REMEMBERED_CRITERIA) criteria.delete(criteria.keys().next().value!);
     criteria.set(id, params[0]);
@@ -63,7 +64,7 @@ export function createFilterCalls(deps: StatefulRouteDeps, filterIds: FilterIds)
     async (upstream, execution, signal) => {
       const outcome = await next(upstream, execution, signal);
       if (outcome.kind !== 'result') return outcome;
-      const own = parseString(outcome.resultBytes);
+      const own = parseString(contiguous(outcome.resultBytes));
       const id = own === undefined ? undefined : filterIds.encode(scope, byId.get(upstream.id)!, own);
       if (id === undefined) return { kind: 'failure', reason: INVALID_FILTER_ID, timedOut: false, durationMs: outcome.durationMs };
       return { kind: 'result', resultBytes: Buffer.from(JSON.stringify(id)), durationMs: outcome.durationMs };

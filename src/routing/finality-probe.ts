@@ -1,6 +1,7 @@
 import { verifyBlock } from '../verification/block-verifier.js';
 import { headOf } from './health-prober.js';
 import type { AttemptOutcome, RoutedUpstream } from './upstream.js';
+import { contiguous, type ResultBytes } from '../jsonrpc/result-bytes.js';
 
 /**
  * After each health probe that read an upstream's head, its finalized block: on EVM networks
@@ -33,9 +34,9 @@ export interface FinalityProbeOptions {
 }
 
 /** A verified header from a block answer, `null` for a `null` answer, undefined for anything else. */
-export async function headerOf(outcome: { kind: string; resultBytes?: Buffer }): Promise<BlockHeader | null | undefined> {
+export async function headerOf(outcome: { kind: string; resultBytes?: ResultBytes }): Promise<BlockHeader | null | undefined> {
   if (outcome.kind !== 'result' || outcome.resultBytes === undefined) return undefined;
-  const block: unknown = JSON.parse(outcome.resultBytes.toString('utf8'));
+  const block: unknown = JSON.parse(contiguous(outcome.resultBytes).toString('utf8'));
   if (block === null) return null;
   if (typeof block !== 'object') return undefined;
   const { hash, number, parentHash } = block as { hash?: unknown; number?: unknown; parentHash?: unknown };

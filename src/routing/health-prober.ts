@@ -1,5 +1,6 @@
 import type { Clock } from './clock.js';
 import type { AttemptOutcome, RoutedUpstream } from './upstream.js';
+import type { ResultBytes } from '../jsonrpc/result-bytes.js';
 
 /**
  * Active health checks: every `intervalMs` each upstream of a network gets one cheap call
@@ -26,7 +27,8 @@ export interface HealthProber {
 }
 
 /** A head from a probe result: a hex quantity (`0x1b4`) or a plain non-negative integer. */
-export function headOf(resultBytes: Buffer): number | undefined {
+export function headOf(resultBytes: ResultBytes): number | undefined {
+  if (!Buffer.isBuffer(resultBytes)) return undefined; // a result in parts is far larger than any head
   const text = resultBytes.toString('latin1');
   const hex = /^"0x([0-9a-fA-F]{1,13})"$/.exec(text);
   if (hex !== null) return Number.parseInt(hex[1]!, 16);

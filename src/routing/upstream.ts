@@ -2,6 +2,7 @@ import { Pool } from 'undici';
 import type { UpstreamConfig } from '../config/schema.js';
 import type { JsonRpcErrorObject } from '../errors.js';
 import { readEnvelope } from '../jsonrpc/envelope-scanner.js';
+import { contiguous, type ResultBytes } from '../jsonrpc/result-bytes.js';
 import { UpstreamHealth, type CircuitBreakerSettings } from './upstream-health.js';
 
 /**
@@ -16,7 +17,7 @@ export type AttemptOutcome =
    * `resultBytes` are the result's JSON exactly as the upstream sent it (validated, never
    * re-serialised); `result` is its parsed value, present only when the caller asked to inspect it.
    */
-  | { kind: 'result'; resultBytes: Buffer; result?: unknown; durationMs: number }
+  | { kind: 'result'; resultBytes: ResultBytes; result?: unknown; durationMs: number }
   /** The upstream's own JSON-RPC error, passed on to the client (and charged). */
   | { kind: 'rpc-error'; error: JsonRpcErrorObject; durationMs: number }
   /**
@@ -162,7 +163,7 @@ function interpretBody(chunks: readonly Buffer[], length: number, requestId: num
   const resultBytes = members.result;
   if (resultBytes === undefined) return failure('invalid_response');
   if (!parseResult) return { kind: 'result', resultBytes, durationMs };
-  return { kind: 'result', resultBytes, result: parse(resultBytes), durationMs };
+  return { kind: 'result', resultBytes, result: parse(contiguous(resultBytes)), durationMs };
 }
 
 function connectionFailureReason(error: unknown): string {

@@ -6,6 +6,7 @@ import { headerOf } from '../routing/finality-probe.js';
 import type { Caller, ForwardOutcome } from '../routing/forward.js';
 import type { NetworkRuntime } from './network-runtime.js';
 import type { StepOutcome } from './logs-calls.js';
+import { contiguous, type ResultBytes } from '../jsonrpc/result-bytes.js';
 
 /**
  * The call executor's way through the response cache for calls other than `eth_getBlockByHash`:
@@ -18,7 +19,7 @@ import type { StepOutcome } from './logs-calls.js';
 /** A forwarded call's outcome with the result as bytes to splice (shared by single-flight followers). */
 export type Answer =
   /** `block`: the parsed, verified block of an `eth_getBlockByHash` answer. */
-  | { kind: 'result'; bytes: string | Buffer; upstream: string; attempts: ForwardOutcome['attempts']; block?: unknown }
+  | { kind: 'result'; bytes: string | ResultBytes; upstream: string; attempts: ForwardOutcome['attempts']; block?: unknown }
   /** Answered by the shared tier of the cache, after the reservation was made. */
   | { kind: 'cached'; bytes: Buffer; attempts: [] }
   | Exclude<ForwardOutcome, { kind: 'result' }>;
@@ -82,12 +83,12 @@ export function createCachedCalls(deps: CachedCallsDeps): CachedCalls {
         if (cached !== undefined) return JSON.parse(cached.toString('utf8'));
         const call = network.methods.prepare('eth_getBlockByHash', [hash, true]);
         const answer = await deps.forwardBlock(call, network, now() + network.config.requestTimeoutMs);
-        return answer.kind === 'result' ? (answer.block ?? JSON.parse(answer.bytes.toString())) : undefined;
+        return answer.kind === 'result' ? (answer.block ?? JSON.parse(typeof answer.bytes === 'string' ? answer.bytes : contiguous(answer.bytes).toString('utf8'))) : undefined;
       },
       async transaction(hash) {
         const call = network.methods.prepare('eth_getTransactionByHash', [hash]);
         const outcome = await network.forwarder.forward(call, now() + network.config.requestTimeoutMs);
-        return outcome.kind === 'result' ? JSON.parse(outcome.resultBytes.toString('utf8')) : undefined;
+        return outcome.kind === 'result' ? JSON.parse(contiguous(outcome.resultBytes).toString('utf8')) : undefined;
       },
     };
   }

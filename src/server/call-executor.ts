@@ -1,5 +1,6 @@
 import { GatewayError } from '../errors.js';
 import { errorReply, type IdText, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
+import { ownedCopy } from '../jsonrpc/result-bytes.js';
 import type { PreparedCall } from '../methods/registry.js';
 import { dehydrateBlock } from '../cache/block-cache.js';
 import type { CachePlan, CacheTier, ResponseCache } from '../cache/response-cache.js';
@@ -188,8 +189,8 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
         const outcome = await network.forwarder.forward(call, deadline, caller);
         // Only verified blocks reach this point (the forwarder's result check rejected the rest).
         if (outcome.kind !== 'result' || outcome.result === null) return serialised(outcome);
-        // A copy: the bytes are a view into the whole upstream response, which the cache must not keep.
-        const bytes = Buffer.from(outcome.resultBytes);
+        // A copy: the bytes may be views into the upstream's network chunks, which the cache must not keep.
+        const bytes = ownedCopy(outcome.resultBytes);
         cache.blocks.set(network.config.id, hash, call.fetchHydrated, bytes);
         cache.shareBlock(network.config.id, hash, call.fetchHydrated, bytes);
         return { ...serialised(outcome), block: outcome.result };

@@ -6,6 +6,7 @@ import { splitLogsRange, type ChunkRun } from '../routing/logs-splitter.js';
 import { isLogsTooLarge, LOGS_TOO_LARGE } from '../routing/policies/logs-too-large.js';
 import type { Attempt } from '../routing/policies/types.js';
 import type { NetworkRuntime } from './network-runtime.js';
+import { contiguous } from '../jsonrpc/result-bytes.js';
 
 /**
  * `eth_getLogs` at any range, between the call executor and its forward step:
@@ -79,7 +80,7 @@ export async function runLogsCall(query: LogsQuery, call: PreparedCall, network:
     const outcome = asForwardOutcome(step);
     if (outcome.kind === 'failed') throw new ResolutionFailure({ ...outcome, upstreamCalls: 0, chunkCalls: 0, cachedChunks: 0 });
     if (outcome.kind === 'rpc-error') throw new ResolutionFailure({ ...outcome, upstreamCalls: 0, chunkCalls: 0, cachedChunks: 0 });
-    const block = blockNumberOf(outcome.resultBytes, byNumber);
+    const block = blockNumberOf(contiguous(outcome.resultBytes), byNumber);
     if (block === undefined) {
       const attempts = [{ upstream: outcome.upstream, reason: 'invalid_response', detail: `no block number for the tag ${tag}` }];
       throw new ResolutionFailure({ kind: 'failed', error: new GatewayError('TG_ERR_UPSTREAMS_FAILED', undefined, { attempts }), attempts, upstreamCalls: 0, chunkCalls: 0, cachedChunks: 0 });
@@ -175,7 +176,7 @@ function chunkOutcomeOf(outcome: StepOutcome): ChunkRun['outcome'] {
     case 'cached':
       return { kind: 'logs', bytes: outcome.resultBytes, upstream: undefined };
     case 'result':
-      return { kind: 'logs', bytes: outcome.resultBytes, upstream: outcome.upstream };
+      return { kind: 'logs', bytes: contiguous(outcome.resultBytes), upstream: outcome.upstream };
     case 'rpc-error':
       if (isLogsTooLarge(outcome.error.message, outcome.error.data)) return { kind: 'too-large', attempts: outcome.attempts };
       return { kind: 'rpc-error', error: outcome.error, upstream: outcome.upstream };

@@ -1,4 +1,5 @@
 import type { JsonRpcErrorObject } from '../../errors.js';
+import type { ResultBytes } from '../../jsonrpc/result-bytes.js';
 import type { RequestTrace } from '../call-trace.js';
 import type { ProviderSpend } from '../upstream-price.js';
 import type { AttemptOutcome, RoutedUpstream } from '../upstream.js';
@@ -72,7 +73,7 @@ export type AttemptFn = (upstream: RoutedUpstream, execution: Execution, signal:
 export type AttemptPolicy = (next: AttemptFn) => AttemptFn;
 
 export type CallOutcome =
-  | { kind: 'result'; resultBytes: Buffer; result?: unknown; upstream: string }
+  | { kind: 'result'; resultBytes: ResultBytes; result?: unknown; upstream: string }
   | { kind: 'rpc-error'; error: JsonRpcErrorObject; upstream: string }
   /** Every attempt failed (listed in the execution), or none could be made. */
   | { kind: 'failed' };
@@ -130,6 +131,6 @@ export function isListedFailure(outcome: AttemptOutcome): outcome is Extract<Att
   return outcome.kind === 'failure' && outcome.reason !== 'cancelled' && outcome.reason !== SKIPPED;
 }
 
-export function isNullResult(resultBytes: Buffer): boolean {
-  return resultBytes.length === 4 && resultBytes.toString('latin1') === 'null';
+export function isNullResult(resultBytes: ResultBytes): boolean {
+  return Buffer.isBuffer(resultBytes) && resultBytes.length === 4 && resultBytes.toString('latin1') === 'null';
 }
