@@ -265,6 +265,9 @@ describe('hedge policy', () => {
     expect(await outcome).toMatchObject({ kind: 'result', upstream: 'b' });
     expect(calls.map((call) => call.upstream)).toEqual(['a', 'b']);
     expect(calls[0]!.signal.aborted).toBe(true);
+    expect((calls[0]!.signal.reason as Error).message).toBe('another attempt answered');
+    // The attempt that answered is over: nothing is aborted (and no abort event dispatched) for it.
+    expect(calls[1]!.signal.aborted).toBe(false);
     expect(results).toEqual(['won']);
     // The cancelled attempt is not a failure of the call.
     expect(execution.attempts).toEqual([]);
@@ -279,6 +282,7 @@ describe('hedge policy', () => {
     expect(await hedged(clock, attempt)(executionOf([a!, b!], { clock }), new AbortController().signal)).toMatchObject({ upstream: 'a' });
     await clock.advance(1_000);
     expect(calls).toHaveLength(1);
+    expect(calls[0]!.signal.aborted).toBe(false);
     expect(clock.pending).toBe(0);
   });
 

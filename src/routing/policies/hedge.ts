@@ -28,6 +28,12 @@ export function hedgeDelayMs(settings: HedgeSettings, upstream: RoutedUpstream):
  * marked slow at that moment, so later calls rank them lower before their timeouts even fire.
  * Writes are never hedged: sending a transaction twice is not a read that can be repeated.
  */
+/**
+ * Why the attempts that lost were aborted. One shared reason: an Error made per call captured a
+ * stack trace for every forwarded call, hedged or not, about 2% of the CPU of a 167 KiB pass-through.
+ */
+const ANOTHER_ATTEMPT_ANSWERED = new Error('another attempt answered');
+
 export function hedgePolicy(
   settings: HedgeSettings,
   clock: Clock,
@@ -44,10 +50,11 @@ export function hedgePolicy(
       let settled = false;
       let cancelTimer = () => {};
 
-      const settle = (outcome: CallOutcome, fromHedge: boolean) => {
+      /** `answered`: the branch whose outcome this is; it is over, so only the others are aborted. */
+      const settle = (outcome: CallOutcome, fromHedge: boolean, answered: AbortController) => {
         settled = true;
         cancelTimer();
-        for (const branch of branches) branch.abort(new Error('another attempt answered'));
+        for (const branch of branches) if (branch !== answered) branch.abort(ANOTHER_ATTEMPT_ANSWERED);
         if (hedges > 0) options.observe?.(fromHedge ? 'won' : 'lost');
         resolve(outcome);
       };
@@ -61,13 +68,13 @@ export function hedgePolicy(
             release();
             running -= 1;
             if (settled) return;
-            if (outcome.kind !== 'failed') settle(outcome, isHedge);
-            else if (running === 0) settle(FAILED, isHedge);
+            if (outcome.kind !== 'failed') settle(outcome, isHedge, controller);
+            else if (running === 0) settle(FAILED, isHedge, controller);
           },
           () => {
             release();
             running -= 1;
-            if (!settled && running === 0) settle(FAILED, isHedge);
+            if (!settled && running === 0) settle(FAILED, isHedge, controller);
           },
         );
       };
