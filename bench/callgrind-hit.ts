@@ -37,6 +37,7 @@ import { stringify as toYaml } from 'yaml';
 import { seedAnvil } from '../src/devnet/anvil-seed.js';
 import { startAnvil } from '../src/devnet/anvil.js';
 import { ROOT, freePort } from './local-processes.js';
+import { GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -104,7 +105,7 @@ try {
     '--separate-threads=yes',
     `--callgrind-out-file=${join(outDir, 'callgrind.out.%p')}`,
   ];
-  const child = spawn('valgrind', [...valgrind, process.execPath, '--perf-basic-prof', cli, 'serve', '--config', configFile], {
+  const child = spawn('valgrind', [...valgrind, process.execPath, ...GATEWAY_NODE_FLAGS, '--perf-basic-prof', cli, 'serve', '--config', configFile], {
     cwd: tree,
     stdio: ['ignore', 'ignore', 'inherit'],
     env: { ...process.env, TOLLGATE_LOG_LEVEL: flags['log-level'] },

@@ -9,6 +9,7 @@ import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stringify as toYaml } from 'yaml';
+import { GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export const CLI = join(ROOT, 'dist', 'cli.js');
@@ -87,7 +88,7 @@ export async function startGateway(options: {
     toYaml({ server: { host: '127.0.0.1', port }, admin: { host: '127.0.0.1', port: adminPort, token: ADMIN_TOKEN }, ...options.config }),
   );
   const logFd = openSync(join(options.dir, `${options.name}.log`), 'a');
-  const child = spawn(process.execPath, [CLI, 'serve', '--config', configFile], {
+  const child = spawn(process.execPath, [...GATEWAY_NODE_FLAGS, CLI, 'serve', '--config', configFile], {
     cwd: ROOT,
     stdio: ['ignore', logFd, logFd],
     env: { ...process.env, TOLLGATE_LOG_LEVEL: options.logLevel ?? 'info' },

@@ -47,6 +47,7 @@ import { CACHE_SCENARIO, formatCacheScenarios, runCacheScenarios } from './cache
 import { CLUSTER_PAIRS, formatRedisClusterCost, REDIS_CLUSTER_SCENARIO, runRedisClusterCost } from './redis-cluster-cost.js';
 import { formatObservability, OBSERVABILITY_SCENARIO, runObservability } from './observability.js';
 import { BUDGETS_SCENARIO, formatBudgets, runBudgets } from './budgets.js';
+import { GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI = join(ROOT, 'dist', 'cli.js');
@@ -308,7 +309,7 @@ async function startGatewayProcess(
   const logFd = openSync(logFile, 'a');
   const nodeArgs = options.profileDir === undefined ? [] : ['--cpu-prof', '--cpu-prof-dir', options.profileDir, '--cpu-prof-name', `${name}.cpuprofile`];
   const child = track(
-    spawn(process.execPath, [...nodeArgs, CLI, 'serve', '--config', configFile], {
+    spawn(process.execPath, [...GATEWAY_NODE_FLAGS, ...nodeArgs, CLI, 'serve', '--config', configFile], {
       cwd: ROOT,
       stdio: ['ignore', logFd, logFd],
       env: { ...process.env, TOLLGATE_LOG_LEVEL: options.logLevel },

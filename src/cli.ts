@@ -1,10 +1,12 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --max-semi-space-size=64
 import { parseArgs } from 'node:util';
 import { existsSync, readFileSync } from 'node:fs';
 import { basename, extname } from 'node:path';
 import { ConfigError, loadConfigFile } from './config/load.js';
 import type { StoreConfig } from './config/schema.js';
 import { startGateway } from './gateway.js';
+import type { Logger } from './logging/logger.js';
+import { GATEWAY_NODE_FLAGS, SEMI_SPACE_MIB, semiSpaceMib } from './startup/node-flags.js';
 import { resolveWorkerCount, serveWorkerGroup } from './cluster/worker-group.js';
 import { openStore, StoreConflictError, type Store } from './store/index.js';
 import { AdminError, createAdminService, type AdminService } from './admin/admin-service.js';
@@ -191,8 +193,13 @@ async function serve(values: Values): Promise<void> {
   const path = configPath(values);
   const config = loadConfigFile(path);
   const workers = resolveWorkerCount(workersFlag(values) ?? config.server.workers);
-  if (workers > 1) return serveWorkerGroup(config, { workers, loadConfig: () => loadConfigFile(path) });
+  if (workers > 1) {
+    // The workers are forked with this process's Node flags, the young generation's included.
+    await serveWorkerGroup(config, { workers, loadConfig: () => loadConfigFile(path), onStarted: reportYoungGeneration });
+    return;
+  }
   const gateway = await startGateway(config, { loadConfig: () => loadConfigFile(path) });
+  reportYoungGeneration(gateway.logger);
   process.once('SIGTERM', () => {
     gateway.drain().then(
       () => process.exit(0),
@@ -205,6 +212,22 @@ async function serve(values: Values): Promise<void> {
   process.once('SIGINT', () => void gateway.close().then(() => process.exit(0)));
   // A rejected reload is logged by the gateway and leaves the running config in place.
   process.on('SIGHUP', () => void gateway.reload().catch(() => undefined));
+}
+
+/**
+ * The young generation this process runs with (src/startup/node-flags.ts), said once at start: a
+ * warning when Node was started without the gateway's flag, as `node dist/cli.js serve` alone is.
+ */
+function reportYoungGeneration(logger: Logger): void {
+  const size = semiSpaceMib();
+  if (size !== undefined && size >= SEMI_SPACE_MIB) {
+    logger.info({ maxSemiSpaceMiB: size }, 'V8 young generation');
+    return;
+  }
+  logger.warn(
+    { maxSemiSpaceMiB: size ?? 'default', recommended: GATEWAY_NODE_FLAGS.join(' ') },
+    `V8 young generation: Node was started without ${GATEWAY_NODE_FLAGS.join(' ')}, so under large answers the gateway may spend much of its CPU in full garbage collections (the tollgate command passes it)`,
+  );
 }
 
 /** A store named on the command line: `sqlite:PATH`, `redis://...`, or `cluster:redis://a,redis://b`. */

@@ -242,8 +242,10 @@ export async function startWorkerGroup(config: GatewayConfig, options: WorkerGro
 }
 
 /** `tollgate serve` with more than one worker: SIGTERM drains every worker then exits 0, SIGHUP reloads all or none. */
-export async function serveWorkerGroup(config: GatewayConfig, options: WorkerGroupOptions): Promise<void> {
+export async function serveWorkerGroup(config: GatewayConfig, options: WorkerGroupOptions & { onStarted?: (logger: Logger) => void }): Promise<void> {
+  const { onStarted } = options;
   const group = await startWorkerGroup(config, options);
+  onStarted?.(group.logger);
   process.once('SIGTERM', () => {
     group.drain().then(
       () => group.logger.flush(() => process.exit(0)),

@@ -3,6 +3,7 @@
 // line. Every child still running when the test process exits is killed.
 
 import { spawn, type ChildProcess } from 'node:child_process';
+import { GATEWAY_NODE_FLAGS } from '../../src/startup/node-flags.js';
 import { CLI, ROOT } from './build.js';
 
 export type LogLine = Record<string, unknown>;
@@ -26,8 +27,12 @@ export interface CliProcess {
 export interface SpawnCliOptions {
   cwd?: string;
   env?: NodeJS.ProcessEnv;
-  /** Arguments for node itself, before the CLI (e.g. `--max-old-space-size=...`). */
+  /** Arguments for node itself, before the CLI (e.g. `--max-old-space-size=...`), after the gateway's own flags. */
   nodeArgs?: string[];
+  /** Start Node without the gateway's flags (src/startup/node-flags.ts), as `node dist/cli.js` alone would. */
+  nodeDefaults?: boolean;
+  /** Run dist/cli.js itself, as the installed `tollgate` command is run: Node and its flags come from its first line. */
+  asCommand?: boolean;
   /** Which JSON lines to keep in `lines` (default: all). Long runs drop per-request lines here. */
   keep?: (line: LogLine) => boolean;
   /** Sees every raw line of both streams, kept or not, JSON or not. */
@@ -41,7 +46,10 @@ process.once('exit', () => {
 });
 
 export function spawnCli(args: string[], options: SpawnCliOptions = {}): CliProcess {
-  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), CLI, ...args], {
+  // Node's flags as the `tollgate` command starts it (its first line), unless a test asks for Node's defaults.
+  const nodeFlags = options.nodeDefaults === true ? [] : GATEWAY_NODE_FLAGS;
+  const [command, commandArgs] = options.asCommand === true ? [CLI, args] : [process.execPath, [...nodeFlags, ...(options.nodeArgs ?? []), CLI, ...args]];
+  const child = spawn(command, commandArgs, {
     cwd: options.cwd ?? ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
     env: options.env ?? { ...process.env, TOLLGATE_LOG_LEVEL: 'info' },
