@@ -1,4 +1,4 @@
-#!/usr/bin/env -S node --max-semi-space-size=64
+#!/usr/bin/env -S node --max-semi-space-size=64 --initial-old-space-size=128
 import { parseArgs } from 'node:util';
 import { existsSync, readFileSync } from 'node:fs';
 import { basename, extname } from 'node:path';
@@ -6,7 +6,7 @@ import { ConfigError, loadConfigFile } from './config/load.js';
 import type { StoreConfig } from './config/schema.js';
 import { startGateway } from './gateway.js';
 import type { Logger } from './logging/logger.js';
-import { GATEWAY_NODE_FLAGS, SEMI_SPACE_MIB, semiSpaceMib } from './startup/node-flags.js';
+import { GATEWAY_NODE_FLAGS, missingGatewayFlags } from './startup/node-flags.js';
 import { resolveWorkerCount, serveWorkerGroup } from './cluster/worker-group.js';
 import { openStore, StoreConflictError, type Store } from './store/index.js';
 import { AdminError, createAdminService, type AdminService } from './admin/admin-service.js';
@@ -194,12 +194,12 @@ async function serve(values: Values): Promise<void> {
   const config = loadConfigFile(path);
   const workers = resolveWorkerCount(workersFlag(values) ?? config.server.workers);
   if (workers > 1) {
-    // The workers are forked with this process's Node flags, the young generation's included.
-    await serveWorkerGroup(config, { workers, loadConfig: () => loadConfigFile(path), onStarted: reportYoungGeneration });
+    // The workers are forked with this process's Node flags, the heap settings' included.
+    await serveWorkerGroup(config, { workers, loadConfig: () => loadConfigFile(path), onStarted: reportNodeFlags });
     return;
   }
   const gateway = await startGateway(config, { loadConfig: () => loadConfigFile(path) });
-  reportYoungGeneration(gateway.logger);
+  reportNodeFlags(gateway.logger);
   process.once('SIGTERM', () => {
     gateway.drain().then(
       () => process.exit(0),
@@ -215,18 +215,18 @@ async function serve(values: Values): Promise<void> {
 }
 
 /**
- * The young generation this process runs with (src/startup/node-flags.ts), said once at start: a
- * warning when Node was started without the gateway's flag, as `node dist/cli.js serve` alone is.
+ * The heap settings this process runs with (src/startup/node-flags.ts), said once at start: a
+ * warning naming the gateway's Node flags it was started without, as `node dist/cli.js serve` is.
  */
-function reportYoungGeneration(logger: Logger): void {
-  const size = semiSpaceMib();
-  if (size !== undefined && size >= SEMI_SPACE_MIB) {
-    logger.info({ maxSemiSpaceMiB: size }, 'V8 young generation');
+function reportNodeFlags(logger: Logger): void {
+  const missing = missingGatewayFlags();
+  if (missing.length === 0) {
+    logger.info({ nodeFlags: GATEWAY_NODE_FLAGS }, 'V8 heap settings');
     return;
   }
   logger.warn(
-    { maxSemiSpaceMiB: size ?? 'default', recommended: GATEWAY_NODE_FLAGS.join(' ') },
-    `V8 young generation: Node was started without ${GATEWAY_NODE_FLAGS.join(' ')}, so under large answers the gateway may spend much of its CPU in full garbage collections (the tollgate command passes it)`,
+    { missing, recommended: GATEWAY_NODE_FLAGS.join(' ') },
+    `V8 heap settings: Node was started without ${missing.join(' ')}, so under large answers the gateway may spend much of its CPU in full garbage collections (the tollgate command passes them)`,
   );
 }
 

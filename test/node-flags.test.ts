@@ -1,30 +1,23 @@
-// The gateway's Node flags (src/startup/node-flags.ts): the `tollgate` command starts Node with a
-// young generation large enough that answers held until validated are not promoted and collected
-// by full collections, and `tollgate serve` started without it says so at start.
+// The gateway's Node flags (src/startup/node-flags.ts): the `tollgate` command starts Node with
+// heap settings under which answers held until validated do not set off full collection after
+// full collection, and `tollgate serve` started without them says so at start.
 
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { GATEWAY_NODE_FLAGS, SEMI_SPACE_MIB, semiSpaceMib } from '../src/startup/node-flags.js';
+import { GATEWAY_NODE_FLAGS, missingGatewayFlags } from '../src/startup/node-flags.js';
 import { CLI, ensureBuilt } from './helpers/build.js';
 import { startScriptedUpstream, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 import { killSpawned, spawnGateway, type GatewayProcess } from './helpers/spawn-gateway.js';
 
-describe('semiSpaceMib', () => {
-  it('reads the flag from NODE_OPTIONS and the command line, the last one winning, in either spelling', () => {
-    expect(semiSpaceMib([], '')).toBeUndefined();
-    expect(semiSpaceMib(['--max-old-space-size=512'], '--inspect')).toBeUndefined();
-    expect(semiSpaceMib(['--max-semi-space-size=64'], '')).toBe(64);
-    expect(semiSpaceMib(['--max_semi_space_size', '32'], '')).toBe(32);
-    expect(semiSpaceMib([], '--max-semi-space-size=16 --no-warnings')).toBe(16);
-    // The command line comes after NODE_OPTIONS, so it wins.
-    expect(semiSpaceMib(['--max-semi-space-size=64'], '--max-semi-space-size=8')).toBe(64);
-    expect(semiSpaceMib(['--max-semi-space-size=x'], '')).toBeUndefined();
-  });
-
-  it('is what the gateway flags set', () => {
-    expect(semiSpaceMib(GATEWAY_NODE_FLAGS, '')).toBe(SEMI_SPACE_MIB);
+describe('missingGatewayFlags', () => {
+  it('finds the flags in NODE_OPTIONS or on the command line, by name whatever their value, in either spelling', () => {
+    expect(missingGatewayFlags([], '')).toEqual(GATEWAY_NODE_FLAGS);
+    expect(missingGatewayFlags(['--max-old-space-size=512'], '--inspect')).toEqual(GATEWAY_NODE_FLAGS);
+    expect(missingGatewayFlags([...GATEWAY_NODE_FLAGS], '')).toEqual([]);
+    expect(missingGatewayFlags(['--max_semi_space_size=32'], '--initial-old-space-size=512 --no-warnings')).toEqual([]);
+    expect(missingGatewayFlags(['--max-semi-space-size=64'], '')).toEqual(['--initial-old-space-size=128']);
   });
 });
 
@@ -59,17 +52,17 @@ describe('tollgate serve', () => {
     if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
   });
 
-  const youngGenerationLine = (process: GatewayProcess) => process.waitForLine((line) => String(line.msg).startsWith('V8 young generation'), 'the young generation line');
+  const heapSettingsLine = (process: GatewayProcess) => process.waitForLine((line) => String(line.msg).startsWith('V8 heap settings'), 'the heap settings line');
 
-  it('run as the tollgate command, starts Node with the young generation its first line names', async () => {
+  it('run as the tollgate command, starts Node with the heap settings its first line names', async () => {
     gateway = await spawnGateway(configFile, { asCommand: true, env: { ...process.env, NODE_OPTIONS: '' } });
-    const line = await youngGenerationLine(gateway);
-    expect(line, gateway.output()).toMatchObject({ level: 'info', maxSemiSpaceMiB: SEMI_SPACE_MIB });
+    const line = await heapSettingsLine(gateway);
+    expect(line, gateway.output()).toMatchObject({ level: 'info', nodeFlags: GATEWAY_NODE_FLAGS });
   });
 
-  it('started by `node dist/cli.js serve` alone, says at start that the flag is missing and which one to pass', async () => {
+  it('started by `node dist/cli.js serve` alone, says at start which flags are missing', async () => {
     gateway = await spawnGateway(configFile, { nodeDefaults: true, env: { ...process.env, NODE_OPTIONS: '' } });
-    const line = await youngGenerationLine(gateway);
-    expect(line, gateway.output()).toMatchObject({ level: 'warn', maxSemiSpaceMiB: 'default', recommended: GATEWAY_NODE_FLAGS.join(' ') });
+    const line = await heapSettingsLine(gateway);
+    expect(line, gateway.output()).toMatchObject({ level: 'warn', missing: GATEWAY_NODE_FLAGS, recommended: GATEWAY_NODE_FLAGS.join(' ') });
   });
 });
