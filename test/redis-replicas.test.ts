@@ -385,7 +385,8 @@ describe('two gateway replicas sharing one Redis', () => {
       } finally {
         await redis.restart();
       }
-      await until(() => failOpenStore.ping().then(() => true, () => false), 'the store to reach Redis again');
+      // Both connections: the ledger below is read through the test's own store, which reconnects on its own schedule.
+      await until(() => Promise.all([failOpenStore.ping(), store.ping()]).then(() => true, () => false), 'both stores to reach Redis again');
       expect(await ledgerOf(tg.team.id, day, day)).toEqual({ credits: 80, requests: 1, teamUsed: 80 });
     } finally {
       await tg.close();
