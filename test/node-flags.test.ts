@@ -2,12 +2,12 @@
 // heap settings under which answers held until validated do not set off full collection after
 // full collection, and `tollgate serve` started without them says so at start.
 
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { GATEWAY_NODE_FLAGS, missingGatewayFlags } from '../src/startup/node-flags.js';
-import { CLI, ensureBuilt } from './helpers/build.js';
+import { CLI, ensureBuilt, ROOT } from './helpers/build.js';
 import { startScriptedUpstream, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 import { killSpawned, spawnGateway, type GatewayProcess } from './helpers/spawn-gateway.js';
 
@@ -18,6 +18,11 @@ describe('missingGatewayFlags', () => {
     expect(missingGatewayFlags([...GATEWAY_NODE_FLAGS], '')).toEqual([]);
     expect(missingGatewayFlags(['--max_semi_space_size=32'], '--initial-old-space-size=512 --no-warnings')).toEqual([]);
     expect(missingGatewayFlags(['--max-semi-space-size=64'], '')).toEqual(['--initial-old-space-size=128']);
+  });
+
+  it('finds none missing from the command npm start runs', () => {
+    const { scripts } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+    expect(missingGatewayFlags(scripts['start']!.split(/\s+/), '')).toEqual([]);
   });
 });
 

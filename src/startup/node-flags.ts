@@ -8,7 +8,7 @@
  * collections a second, and at limit 100 the gateway used 934–1,005 µs of CPU per request; with
  * `--initial-old-space-size=128` (the limit never set below 128 MiB) and `--max-semi-space-size=64`
  * (a young generation that what a request holds rarely outlives), 438 µs, at 0.87× the streaming
- * proxy's requests per second. The peak RSS of those runs was 20–70 MiB higher.
+ * proxy's requests per second. The peak RSS of those runs was 20–100 MiB higher.
  *
  * V8 reads these only when the process starts, so they are Node flags: the `tollgate` command
  * (dist/cli.js) carries them in its first line, `npm start` passes them, and workers of
