@@ -123,6 +123,8 @@ describe('eth_getBlockByHash through the gateway', () => {
       ...['/', ':', '@', 'G', '`', 'g'].map((char) => ({ name: `hash ending in "${char}"`, params: [`0x${'1'.repeat(63)}${char}`, false], message: /^invalid argument 0/ })),
       { name: 'hash with 0X', params: [`0X${'a'.repeat(64)}`, false], message: /^invalid argument 0/ },
       { name: 'hash with a non-ASCII digit', params: [`0x${'a'.repeat(63)}\u0661`, false], message: /^invalid argument 0/ },
+      // U+0161 and U+0130: their low bytes are `a` and `0`, valid digits to a check that reads bytes.
+      { name: 'hash with a character whose low byte is a hex digit', params: [`0x\u0161${'a'.repeat(62)}\u0130`, false], message: /^invalid argument 0/ },
       { name: 'hash as a number', params: [12345, false], message: /^invalid argument 0/ },
       { name: 'hash null', params: [null, false], message: /^invalid argument 0/ },
       { name: 'no params at all (empty array)', params: [], message: /^invalid argument 0/ },

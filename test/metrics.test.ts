@@ -141,8 +141,10 @@ describe('GET /metrics after scripted traffic', () => {
     expect(reverted.body.error).toEqual({ code: 3, message: 'execution reverted' });
     addCharge(team, reverted.headers);
 
-    const batch = await rpc(evm, [call('eth_chainId', undefined, 'a'), call('net_version', undefined, 'b')]);
-    expect(batch.body.map((reply: { result: unknown }) => reply.result)).toEqual(['0x7a69', '31337']);
+    // Runs of alike items, then one more of the first kind: counted per item, not per run.
+    const batchMethods = ['eth_chainId', 'eth_chainId', 'net_version', 'net_version', 'eth_chainId'];
+    const batch = await rpc(evm, batchMethods.map((method, index) => call(method, undefined, `b${index}`)));
+    expect(batch.body.map((reply: { result: unknown }) => reply.result)).toEqual(['0x7a69', '0x7a69', '31337', '31337', '0x7a69']);
     addCharge(team, batch.headers);
 
     const unauthorised = await rpc(tg.url('evm', 'tg_notARealKeyButLongEnough_0123456789'), call('eth_chainId'));
@@ -180,8 +182,8 @@ describe('GET /metrics after scripted traffic', () => {
     expect(table).toHaveLength(9);
     expect(table).toEqual(
       expect.arrayContaining([
-        { network: 'evm', method: 'eth_chainId', outcome: 'ok', status: '200', count: 3 },
-        { network: 'evm', method: 'net_version', outcome: 'ok', status: '200', count: 1 },
+        { network: 'evm', method: 'eth_chainId', outcome: 'ok', status: '200', count: 5 },
+        { network: 'evm', method: 'net_version', outcome: 'ok', status: '200', count: 2 },
         { network: 'evm', method: 'eth_getBlockByHash', outcome: 'ok', status: '200', count: 2 },
         { network: 'evm', method: 'eth_getBlockByHash', outcome: 'invalid_params', status: '200', count: 1 },
         { network: 'evm', method: 'other', outcome: 'method_not_found', status: '200', count: 1 },
@@ -234,10 +236,10 @@ describe('GET /metrics after scripted traffic', () => {
 
   it('counts credits per team id exactly as the responses charged them', () => {
     const team = tg.team.id;
-    // eth_chainId ×2 + net_version (5 each), eth_getBlockByHash miss + hit (80 each), eth_call (10).
-    expect(chargedByTeam.get(team)).toBe(5 + 80 + 80 + 0 + 0 + 10 + 10 + 0);
-    expect(value('tollgate_credits_charged_total', { network: 'evm', method: 'eth_chainId', team })).toBe(10);
-    expect(value('tollgate_credits_charged_total', { network: 'evm', method: 'net_version', team })).toBe(5);
+    // eth_chainId ×4 + net_version ×2 (5 each), eth_getBlockByHash miss + hit (80 each), eth_call (10).
+    expect(chargedByTeam.get(team)).toBe(5 + 80 + 80 + 0 + 0 + 10 + 25 + 0);
+    expect(value('tollgate_credits_charged_total', { network: 'evm', method: 'eth_chainId', team })).toBe(20);
+    expect(value('tollgate_credits_charged_total', { network: 'evm', method: 'net_version', team })).toBe(10);
     expect(value('tollgate_credits_charged_total', { network: 'evm', method: 'eth_getBlockByHash', team })).toBe(160);
     expect(value('tollgate_credits_charged_total', { network: 'evm', method: 'eth_call', team })).toBe(10);
     expect(value('tollgate_credits_charged_total', { network: 'evm', method: 'eth_chainId', team: poorTeam.id })).toBe(5);
