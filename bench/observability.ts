@@ -9,8 +9,10 @@
 // weigh as much as its configuration), and the ratio is the median over every pair of every
 // rotation. Then the explorer's store writes per 1,000 requests and the
 // spans exported, read from the traced gateway's /metrics and the receiver.
+// Six rotations by default: with three, the traced gateway's ratio moved by ±5% from run to run,
+// as much as the target's margin (docs/benchmarks.md, traces and the request explorer).
 //
-// Standalone:  npm run build && node --import tsx bench/observability.ts [--seconds 8] [--rotations 3]
+// Standalone:  npm run build && node --import tsx bench/observability.ts [--seconds 8] [--rotations 6]
 // From bench/run.ts: `npm run bench -- --only "traces and the request explorer"` runs this alone.
 
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -81,6 +83,9 @@ function metricValue(text: string, name: string): number {
   const line = text.split('\n').find((candidate) => candidate.startsWith(`${name} `));
   return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
 }
+
+/** Rotations of a full run (`npm run bench`), and of this script alone. */
+export const DEFAULT_ROTATIONS = 6;
 
 export async function runObservability(options: { seconds: number; rotations: number }): Promise<ObservabilityResult> {
   const wrk = findWrk();
@@ -204,7 +209,7 @@ export function formatObservability(result: ObservabilityResult): string {
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({ options: { seconds: { type: 'string', default: '8' }, rotations: { type: 'string', default: '3' } } });
+  const { values } = parseArgs({ options: { seconds: { type: 'string', default: '8' }, rotations: { type: 'string', default: String(DEFAULT_ROTATIONS) } } });
   runObservability({ seconds: Number(values.seconds), rotations: Number(values.rotations) }).then(
     (result) => console.log(formatObservability(result)),
     (error: unknown) => {

@@ -45,7 +45,7 @@ import { formatWorkersBench, runWorkersBench, WORKERS_SCENARIO } from './workers
 import { formatLogsSplit, LOGS_SPLIT_SCENARIO, runLogsSplit } from './logs-split.js';
 import { CACHE_SCENARIO, formatCacheScenarios, runCacheScenarios } from './cache-scenarios.js';
 import { CLUSTER_PAIRS, formatRedisClusterCost, REDIS_CLUSTER_SCENARIO, runRedisClusterCost } from './redis-cluster-cost.js';
-import { formatObservability, OBSERVABILITY_SCENARIO, runObservability } from './observability.js';
+import { DEFAULT_ROTATIONS, formatObservability, OBSERVABILITY_SCENARIO, runObservability } from './observability.js';
 import { BUDGETS_SCENARIO, formatBudgets, runBudgets } from './budgets.js';
 import { GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
 
@@ -974,7 +974,7 @@ async function main(): Promise<void> {
   // The response cache's own scenarios (bench/cache-scenarios.ts) start their own anvil, Redis and gateways.
   const cacheScenarios = () => runCacheScenarios({ seconds: flags.quick ? 3 : 10 }).then(formatCacheScenarios);
   if (flags.only !== undefined && CACHE_SCENARIO.includes(flags.only)) return void console.log(await cacheScenarios());
-  const observability = () => runObservability({ seconds: flags.quick ? 3 : 8, rotations: flags.quick ? 1 : 3 }).then(formatObservability);
+  const observability = () => runObservability({ seconds: flags.quick ? 3 : 8, rotations: flags.quick ? 1 : DEFAULT_ROTATIONS }).then(formatObservability);
   if (flags.only !== undefined && OBSERVABILITY_SCENARIO.includes(flags.only)) return void console.log(await observability());
   // rateLimit and price against none, and Redis commands per forwarded call (bench/budgets.ts): its own anvil, Redis and gateways.
   const budgets = () => runBudgets({ seconds: flags.quick ? 3 : 8, rotations: flags.quick ? 1 : 3, warmUpSeconds: flags.quick ? 3 : 8 }).then(formatBudgets);
