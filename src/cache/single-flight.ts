@@ -7,7 +7,12 @@ export interface SingleFlight<T> {
   run(key: string, execute: () => Promise<T>, deadline: number, onTimeout: () => T): Promise<T>;
 }
 
-export function createSingleFlight<T>(now: () => number = Date.now): SingleFlight<T> {
+/**
+ * `onShared` is called with the outcome once per follower, in the turn the outcome arrives: an
+ * outcome that lends a pooled buffer (jsonrpc/answer-buffers.ts) must then never give it back, as
+ * more than one reply is written from it.
+ */
+export function createSingleFlight<T>(now: () => number = Date.now, onShared?: (value: T) => void): SingleFlight<T> {
   const calls = new Map<string, Promise<T>>();
   return {
     run(key, execute, deadline, onTimeout) {
@@ -24,6 +29,7 @@ export function createSingleFlight<T>(now: () => number = Date.now): SingleFligh
         existing.then(
           (value) => {
             clearTimeout(timer);
+            onShared?.(value);
             resolve(value);
           },
           (error: unknown) => {

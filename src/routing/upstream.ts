@@ -1,6 +1,7 @@
 import { Pool } from 'undici';
 import type { UpstreamConfig } from '../config/schema.js';
 import type { JsonRpcErrorObject } from '../errors.js';
+import { AnswerCollector, answerBuffers, lend } from '../jsonrpc/answer-buffers.js';
 import { readEnvelope } from '../jsonrpc/envelope-scanner.js';
 import { contiguous, type ResultBytes } from '../jsonrpc/result-bytes.js';
 import { UpstreamHealth, type CircuitBreakerSettings } from './upstream-health.js';
@@ -105,31 +106,43 @@ export class Upstream implements RoutedUpstream {
     const started = performance.now();
     const requestId = this.nextRequestId++;
     const body = JSON.stringify(params === undefined ? { jsonrpc: '2.0', id: requestId, method } : { jsonrpc: '2.0', id: requestId, method, params });
+    let answer: AnswerCollector | undefined;
     try {
       const headers = extraHeaders === undefined ? this.headers : { ...this.headers, ...extraHeaders };
       const response = await this.pool.request({ method: 'POST', path: this.path, headers, body, signal });
-      // The answer's chunks as undici delivers them: the validator copies them into its own
-      // memory, so concatenating them first (as `arrayBuffer()` does) would be a copy for nothing.
-      const chunks: Buffer[] = [];
-      let length = 0;
-      for await (const chunk of response.body as AsyncIterable<Buffer>) {
-        chunks.push(chunk);
-        length += chunk.length;
-      }
+      // A small answer stays in the chunks undici delivers (the validator copies them into its own
+      // memory, so concatenating them first would be a copy for nothing); a large one is collected
+      // in a pooled buffer as it arrives (jsonrpc/answer-buffers.ts says why).
+      const announced = Number(response.headers['content-length']);
+      answer = new AnswerCollector(answerBuffers, Number.isSafeInteger(announced) ? announced : undefined);
+      for await (const chunk of response.body as AsyncIterable<Buffer>) answer.add(chunk);
       const durationMs = performance.now() - started;
       if (response.statusCode < 200 || response.statusCode >= 300) {
         return { kind: 'failure', reason: `http_${response.statusCode}`, timedOut: false, durationMs };
       }
+      let outcome: AttemptOutcome;
       try {
-        return interpretBody(chunks, length, requestId, parseResult, durationMs);
+        outcome = interpretBody(answer.parts(), answer.length, requestId, parseResult, durationMs);
       } catch {
         // The scan validated the bytes; JSON.parse can still give up on nesting deeper than its stack.
         return { kind: 'failure', reason: 'bad_json', timedOut: false, durationMs };
       }
+      const pooled = answer.pooled;
+      if (pooled !== undefined && outcome.kind === 'result' && viewsInto(outcome.resultBytes, pooled)) {
+        // The result is a view into the pooled buffer: lent with it when in parts (what a reply
+        // writes and gives back), or left to the collector when in one piece (the JavaScript
+        // scan's way, which a cache may keep as it is).
+        if (!Buffer.isBuffer(outcome.resultBytes)) lend(outcome.resultBytes, pooled, answerBuffers);
+        answer = undefined;
+      }
+      return outcome;
     } catch (error) {
       const durationMs = performance.now() - started;
       if (signal.aborted) return { kind: 'failure', reason: 'cancelled', timedOut: false, durationMs };
       return { kind: 'failure', reason: connectionFailureReason(error), timedOut: false, durationMs };
+    } finally {
+      // Nothing made from the answer refers to its buffer (a failure, or a result copied out).
+      answer?.discard();
     }
   }
 
@@ -164,6 +177,12 @@ function interpretBody(chunks: readonly Buffer[], length: number, requestId: num
   if (resultBytes === undefined) return failure('invalid_response');
   if (!parseResult) return { kind: 'result', resultBytes, durationMs };
   return { kind: 'result', resultBytes, result: parse(contiguous(resultBytes)), durationMs };
+}
+
+/** Whether `bytes` are (or begin with) a view into `buffer`'s memory. */
+function viewsInto(bytes: ResultBytes, buffer: Buffer): boolean {
+  const first = Buffer.isBuffer(bytes) ? bytes : bytes[0];
+  return first !== undefined && first.buffer === buffer.buffer;
 }
 
 function connectionFailureReason(error: unknown): string {

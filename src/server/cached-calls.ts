@@ -7,6 +7,7 @@ import type { Caller, ForwardOutcome } from '../routing/forward.js';
 import type { NetworkRuntime } from './network-runtime.js';
 import type { StepOutcome } from './logs-calls.js';
 import { contiguous, type ResultBytes } from '../jsonrpc/result-bytes.js';
+import { markShared } from '../jsonrpc/answer-buffers.js';
 
 /**
  * The call executor's way through the response cache for calls other than `eth_getBlockByHash`:
@@ -41,6 +42,11 @@ export function serialised(outcome: ForwardOutcome): Answer {
   return { kind: 'result', bytes: outcome.resultBytes, upstream: outcome.upstream, attempts: outcome.attempts };
 }
 
+/** A single-flight follower got `answer` too: a pooled buffer its result lends must never be given back. */
+export function shareAnswer(answer: Answer): void {
+  if (answer.kind === 'result') markShared(answer.bytes);
+}
+
 /** What a single-flight follower gets when its own deadline passes first. */
 export function timedOutAnswer(): Answer {
   return { kind: 'failed', error: new GatewayError('TG_ERR_UPSTREAMS_TIMED_OUT', undefined, { attempts: [] }), attempts: [] };
@@ -69,7 +75,7 @@ export function addSaved(caller: Caller, network: NetworkRuntime, method: string
 
 export function createCachedCalls(deps: CachedCallsDeps): CachedCalls {
   const { cache, now } = deps;
-  const callFlights = createSingleFlight<Answer>(now);
+  const callFlights = createSingleFlight<Answer>(now, shareAnswer);
 
   /** The chain as the cache reads it on one network: verified headers and blocks, through the gateway's own paths. */
   function readerOf(network: NetworkRuntime): ChainReader {

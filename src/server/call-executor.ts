@@ -5,7 +5,7 @@ import type { PreparedCall } from '../methods/registry.js';
 import { dehydrateBlock } from '../cache/block-cache.js';
 import type { CachePlan, CacheTier, ResponseCache } from '../cache/response-cache.js';
 import { createSingleFlight } from '../cache/single-flight.js';
-import { addSaved, createCachedCalls, finalizedOf, serialised, timedOutAnswer, type Answer } from './cached-calls.js';
+import { addSaved, createCachedCalls, finalizedOf, serialised, shareAnswer, timedOutAnswer, type Answer } from './cached-calls.js';
 import type { Meter } from '../metering/meter.js';
 import { nextUtcMidnight, utcDay } from '../metering/meter.js';
 import type { ProviderSpend } from '../routing/upstream-price.js';
@@ -127,7 +127,7 @@ export function refusal(result: LedgerRefusal, subject: ChargeSubject, nowMs: nu
 
 export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   const { meter, cache, now } = deps;
-  const blockFlights = createSingleFlight<Answer>(now);
+  const blockFlights = createSingleFlight<Answer>(now, shareAnswer);
   const cachedCalls = createCachedCalls({
     cache,
     now,

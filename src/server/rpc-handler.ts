@@ -3,6 +3,8 @@ import { asksNoCache } from '../cache/cache-control.js';
 import { randomBytes } from 'node:crypto';
 import { GatewayError, toHttpStatus } from '../errors.js';
 import { errorReply, NULL_ID, parseBody, replyBody, serialiseBatch, serialiseReply, type EnvelopeLimits } from '../jsonrpc/envelope.js';
+import { returnLent } from '../jsonrpc/answer-buffers.js';
+import type { ResultBytes } from '../jsonrpc/result-bytes.js';
 import { rejected } from '../auth/key-policy.js';
 import { preflightHeaders, pushCorsHeaders } from './cors.js';
 import type { GatewayConfig } from '../config/schema.js';
@@ -109,13 +111,14 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
    * object, building and reshaping it cost ~5% of a cache hit's instructions (docs/benchmarks.md).
    * A response whose client is gone is not written: the request is logged as 499.
    */
-  function send(res: ServerResponse, ctx: RequestContext, status: number, body: Buffer | readonly Buffer[] | undefined, headers: string[] = []): void {
+  function send(res: ServerResponse, ctx: RequestContext, status: number, body: Buffer | readonly Buffer[] | undefined, headers: string[] = [], lent?: ResultBytes | string): void {
     // Answered already: a client error on its connection answered it through its response
     // (answerThrough) while this handler was still waiting (for a key lookup, say).
     if (ctx.responding) return;
     ctx.responding = true;
     if (clientGone(ctx)) {
       ctx.httpStatus = CLIENT_CLOSED_REQUEST;
+      returnLent(lent);
       return;
     }
     ctx.httpStatus = status;
@@ -129,7 +132,10 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     // A large result's parts (replyBody): gathered by the corked socket into one writev, not copied.
     res.cork();
     for (let index = 0; index < body.length - 1; index += 1) res.write(body[index]);
-    res.end(body[body.length - 1]);
+    // A result in a pooled buffer (jsonrpc/answer-buffers.ts) goes back once the write has
+    // completed; a response that fails never finishes, and its buffer is left to the collector.
+    if (lent === undefined) res.end(body[body.length - 1]);
+    else res.end(body[body.length - 1], () => returnLent(lent));
     res.uncork();
   }
 
@@ -256,7 +262,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
         responseHeaders.push(...headerList(reply.gatewayError.headers));
       }
       if (ctx.cache !== undefined) responseHeaders.push('x-cache', ctx.cache);
-      return send(res, ctx, status, replyBody(reply), responseHeaders);
+      return send(res, ctx, status, replyBody(reply), responseHeaders, 'result' in reply ? reply.result : undefined);
     }
 
     const answered = await deps.calls.answerBatch(parsed.items, network, auth, ctx, deadline, itemRules);
