@@ -1,10 +1,12 @@
 /**
- * A result's JSON exactly as the upstream sent it. A large result stays in the chunks undici
- * received it in (views into them, in order) and goes to the client as those same chunks, in one
- * gathered write: copying a 1.6 MiB `getAssetsByGroup` page into one buffer of its own cost a
- * fresh allocation per answer, the copy, and the collector's work for the external memory, about
- * a tenth of the gateway's CPU for such a call. Code that needs the bytes in one piece (to parse
- * them, or to keep them in a cache) joins them with {@link contiguous}.
+ * A result's JSON exactly as the upstream sent it. A large result stays where the answer was
+ * received (views, in order: into undici's chunks, or for an answer of 1 MiB or more into the
+ * pooled buffer it was collected in, see answer-buffers.ts) and goes to the client as those same
+ * views, in one gathered write: copying a 1.6 MiB `getAssetsByGroup` page into one buffer of its
+ * own cost a fresh allocation per answer, the copy, and the collector's work for the external
+ * memory, about a tenth of the gateway's CPU for such a call. Code that needs the bytes in one
+ * piece (to parse them, or to keep them in a cache) joins them with {@link contiguous}, which
+ * copies parts: parts are only borrowed, as a pooled buffer is used again once its reply is out.
  */
 export type ResultBytes = Buffer | readonly Buffer[];
 
