@@ -92,11 +92,17 @@ describe('collecting an answer', () => {
 });
 
 describe('lending a pooled buffer with a result', () => {
-  it('gives it back one turn after its writer is done with it, once', async () => {
-    const pool = new AnswerBufferPool();
+  /** A buffer taken from `pool` and lent with a result that is a view into it. */
+  function lentResult(pool: AnswerBufferPool): { buffer: Buffer; result: Buffer[] } {
     const buffer = pool.take(POOLED_MIN_BYTES);
     const result = [buffer.subarray(10, 20)];
     lend(result, buffer, pool);
+    return { buffer, result };
+  }
+
+  it('gives it back one turn after its writer is done with it, once', async () => {
+    const pool = new AnswerBufferPool();
+    const { buffer, result } = lentResult(pool);
     returnLent(result);
     returnLent(result);
     expect(pool.snapshot().retainedBytes).toBe(0);
@@ -107,18 +113,14 @@ describe('lending a pooled buffer with a result', () => {
 
   it('never gives back a buffer whose result was shared, even when shared after its first writer finished', async () => {
     const pool = new AnswerBufferPool();
-    const before = pool.take(POOLED_MIN_BYTES);
-    const beforeResult = [before.subarray(0, 5)];
-    lend(beforeResult, before, pool);
-    markShared(beforeResult);
-    returnLent(beforeResult);
+    const before = lentResult(pool).result;
+    markShared(before);
+    returnLent(before);
 
-    const after = pool.take(POOLED_MIN_BYTES);
-    const afterResult = [after.subarray(0, 5)];
-    lend(afterResult, after, pool);
-    returnLent(afterResult);
+    const after = lentResult(pool).result;
+    returnLent(after);
     // A coalesced caller receives the same answer in the same turn.
-    markShared(afterResult);
+    markShared(after);
     await nextTurn();
     expect(pool.snapshot().retainedBytes).toBe(0);
   });

@@ -127,6 +127,20 @@ export class AnswerCollector {
     return this.buffer;
   }
 
+  /**
+   * The answer's result is `result`: when it is a view into the pooled buffer, the buffer goes with
+   * it (lent when in parts, which a reply writes and gives back; left to the collector when in one
+   * piece, the JavaScript scan's way, which a cache may keep as it is), and {@link discard} no
+   * longer gives it back.
+   */
+  handOver(result: ResultBytes): void {
+    const buffer = this.buffer;
+    const first = Buffer.isBuffer(result) ? result : result[0];
+    if (buffer === undefined || first === undefined || first.buffer !== buffer.buffer) return;
+    if (!Buffer.isBuffer(result)) lend(result, buffer, this.pool);
+    this.buffer = undefined;
+  }
+
   /** Gives the pooled buffer back: only when nothing made from the answer refers to it. */
   discard(): void {
     if (this.buffer !== undefined) this.pool.giveBack(this.buffer);
@@ -166,10 +180,14 @@ export function lend(result: readonly Buffer[], buffer: Buffer, pool: AnswerBuff
   leases.set(result, { buffer, pool, shared: false, returned: false });
 }
 
+/** The lease of `bytes`, when they are parts lent with a pooled buffer. */
+function leaseOf(bytes: ResultBytes | string | undefined): Lease | undefined {
+  return bytes === undefined || typeof bytes === 'string' || Buffer.isBuffer(bytes) ? undefined : leases.get(bytes);
+}
+
 /** `bytes` go to more than one consumer: their buffer is never given back. */
 export function markShared(bytes: ResultBytes | string | undefined): void {
-  if (bytes === undefined || typeof bytes === 'string' || Buffer.isBuffer(bytes)) return;
-  const lease = leases.get(bytes);
+  const lease = leaseOf(bytes);
   if (lease !== undefined) lease.shared = true;
 }
 
@@ -180,8 +198,7 @@ export function markShared(bytes: ResultBytes | string | undefined): void {
  * the same turn the outcome arrives).
  */
 export function returnLent(bytes: ResultBytes | string | undefined): void {
-  if (bytes === undefined || typeof bytes === 'string' || Buffer.isBuffer(bytes)) return;
-  const lease = leases.get(bytes);
+  const lease = leaseOf(bytes);
   // Kept in the map (it goes with the parts array): a caller that shares the bytes may still mark it.
   if (lease === undefined || lease.returned) return;
   lease.returned = true;

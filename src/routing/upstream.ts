@@ -1,7 +1,7 @@
 import { Pool } from 'undici';
 import type { UpstreamConfig } from '../config/schema.js';
 import type { JsonRpcErrorObject } from '../errors.js';
-import { AnswerCollector, answerBuffers, lend } from '../jsonrpc/answer-buffers.js';
+import { AnswerCollector, answerBuffers } from '../jsonrpc/answer-buffers.js';
 import { readEnvelope } from '../jsonrpc/envelope-scanner.js';
 import { contiguous, type ResultBytes } from '../jsonrpc/result-bytes.js';
 import { UpstreamHealth, type CircuitBreakerSettings } from './upstream-health.js';
@@ -127,21 +127,14 @@ export class Upstream implements RoutedUpstream {
         // The scan validated the bytes; JSON.parse can still give up on nesting deeper than its stack.
         return { kind: 'failure', reason: 'bad_json', timedOut: false, durationMs };
       }
-      const pooled = answer.pooled;
-      if (pooled !== undefined && outcome.kind === 'result' && viewsInto(outcome.resultBytes, pooled)) {
-        // The result is a view into the pooled buffer: lent with it when in parts (what a reply
-        // writes and gives back), or left to the collector when in one piece (the JavaScript
-        // scan's way, which a cache may keep as it is).
-        if (!Buffer.isBuffer(outcome.resultBytes)) lend(outcome.resultBytes, pooled, answerBuffers);
-        answer = undefined;
-      }
+      if (outcome.kind === 'result') answer.handOver(outcome.resultBytes);
       return outcome;
     } catch (error) {
       const durationMs = performance.now() - started;
       if (signal.aborted) return { kind: 'failure', reason: 'cancelled', timedOut: false, durationMs };
       return { kind: 'failure', reason: connectionFailureReason(error), timedOut: false, durationMs };
     } finally {
-      // Nothing made from the answer refers to its buffer (a failure, or a result copied out).
+      // Unless handed over with the result: nothing made from the answer refers to its buffer.
       answer?.discard();
     }
   }
@@ -177,12 +170,6 @@ function interpretBody(chunks: readonly Buffer[], length: number, requestId: num
   if (resultBytes === undefined) return failure('invalid_response');
   if (!parseResult) return { kind: 'result', resultBytes, durationMs };
   return { kind: 'result', resultBytes, result: parse(contiguous(resultBytes)), durationMs };
-}
-
-/** Whether `bytes` are (or begin with) a view into `buffer`'s memory. */
-function viewsInto(bytes: ResultBytes, buffer: Buffer): boolean {
-  const first = Buffer.isBuffer(bytes) ? bytes : bytes[0];
-  return first !== undefined && first.buffer === buffer.buffer;
 }
 
 function connectionFailureReason(error: unknown): string {
