@@ -5,7 +5,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { decideLedger, refill, type Bucket, type LedgerCounters, type LedgerDeltas, type Reservation } from '../src/metering/ledger-rule.js';
-import { typedResults, type ChargeSubject, type Ledger, type LedgerOp } from '../src/metering/ledger.js';
+import { PartialLedgerError, typedResults, type ChargeSubject, type Ledger, type LedgerOp } from '../src/metering/ledger.js';
 import { createMeter, utcDay } from '../src/metering/meter.js';
 
 /** A ledger over maps: what a driver is reduced to once the rule is apart (load, decide, commit). */
@@ -260,6 +260,80 @@ describe('a batch', () => {
     expect(deltas.reserved.map((row) => row.id)).toEqual(['r3']);
     expect(deltas.usage).toMatchObject([{ credits: 80, requests: 1 }]);
     expect(deltas.teamDays).toEqual([{ id: 'team_a', day: s.day, delta: 160 }]);
+  });
+});
+
+describe("a group commit (a batch request's charges and settles, one promise)", () => {
+  /** The memory ledger, counting its calls and failing as told: `fail` rejects the call, `partial` applies only the first n operations. */
+  function failingLedger(ledger: Ledger) {
+    const control = { calls: [] as number[], fail: undefined as Error | undefined, partial: undefined as number | undefined };
+    const wrapped: Ledger = {
+      ...ledger,
+      async applyLedger(ops) {
+        control.calls.push(ops.length);
+        if (control.fail !== undefined) throw control.fail;
+        if (control.partial === undefined) return ledger.applyLedger(ops);
+        const applied = await ledger.applyLedger(ops.slice(0, control.partial));
+        throw new PartialLedgerError([...applied, ...new Array<undefined>(ops.length - applied.length).fill(undefined)], new Error('shard down'));
+      },
+    };
+    return { ledger: wrapped, control };
+  }
+
+  it('applies its operations in item order within the turn, between the single operations before and after it', async () => {
+    const { subject, ledger, usage } = setup({ dailyCredits: 390 });
+    const { ledger: counted, control } = failingLedger(ledger);
+    const meter = createMeter(counted, { now: () => START });
+    expect(await meter.reserve('r1', subject())).toEqual({ ok: true, teamUsed: 80 });
+    const before = meter.charge(subject());
+    const group = meter.commitAll([
+      { type: 'charge', subject: subject() },
+      { type: 'settle', reservationId: 'r1' },
+      { type: 'charge', subject: subject() },
+      { type: 'charge', subject: subject() },
+      { type: 'settle', reservationId: 'never-made' },
+    ]);
+    const after = meter.charge(subject(40));
+    expect(await before).toEqual({ ok: true, teamUsed: 160 });
+    const { results, error } = await group;
+    expect(error).toBeUndefined();
+    // 390 credits: the third charge of the group is the one that no longer fits; the 40 after it does.
+    expect(results.map((result) => (result === undefined ? 'none' : result.ok ? result.teamUsed : result.reason))).toEqual([240, 240, 320, 'daily_credits_exhausted', 'reservation_gone']);
+    expect(await after).toEqual({ ok: true, teamUsed: 360 });
+    // The reserve, then one store call for everything submitted in that turn.
+    expect(control.calls).toEqual([1, 7]);
+    expect([...usage.values()]).toEqual([{ credits: 360, requests: 5 }]);
+  });
+
+  it('resolves with no result for each operation the store did not apply, and the reason', async () => {
+    const { subject, ledger } = setup();
+    const { ledger: failing, control } = failingLedger(ledger);
+    const meter = createMeter(failing, { now: () => START });
+    control.fail = new Error('store down');
+    const single = meter.charge(subject());
+    const down = await meter.commitAll([{ type: 'charge', subject: subject() }, { type: 'charge', subject: subject() }]);
+    await expect(single).rejects.toThrow('store down');
+    expect(down.results).toEqual([undefined, undefined]);
+    expect((down.error as Error).message).toBe('store down');
+
+    // Two of three applied (a cluster with one shard down): those keep their results.
+    control.fail = undefined;
+    control.partial = 3;
+    const first = meter.charge(subject());
+    const partly = meter.commitAll([{ type: 'charge', subject: subject() }, { type: 'charge', subject: subject() }, { type: 'charge', subject: subject() }]);
+    expect(await first).toEqual({ ok: true, teamUsed: 80 });
+    const { results, error } = await partly;
+    expect(results).toEqual([{ ok: true, teamUsed: 160 }, { ok: true, teamUsed: 240 }, undefined]);
+    expect((error as Error).message).toBe('shard down');
+  });
+
+  it('sends nothing to the store for an empty group', async () => {
+    const { ledger } = setup();
+    const { ledger: counted, control } = failingLedger(ledger);
+    const meter = createMeter(counted, { now: () => START });
+    expect(await meter.commitAll([])).toEqual({ results: [] });
+    await meter.flush();
+    expect(control.calls).toEqual([]);
   });
 });
 

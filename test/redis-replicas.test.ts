@@ -377,6 +377,14 @@ describe('two gateway replicas sharing one Redis', () => {
         expect(served.status).toBe(200);
         expect(served.body.result).toMatchObject({ number: '0x1' });
         expect(served.headers.get('x-credits-cost')).toBe('0');
+        // A batch: its local answers' charges go to the store as one group, which fails as a
+        // whole; each answer is still served, uncharged.
+        const chainId = (id: number) => ({ jsonrpc: '2.0', id, method: 'eth_chainId', params: [] });
+        const batch = await rpc(tg.url('eth'), [chainId(1), { jsonrpc: '2.0', id: 2, method: 'eth_getBlockByHash', params: [uniqueHash(), false] }, chainId(3)]);
+        expect(batch.status).toBe(200);
+        expect(batch.body.map((reply: { id: number; result?: unknown }) => [reply.id, reply.result !== undefined])).toEqual([[1, true], [2, true], [3, true]]);
+        expect(batch.body[0].result).toBe('0x1');
+        expect(batch.headers.get('x-credits-cost')).toBe('0');
         // A key this replica never saw cannot be checked: 503, fail-open or not.
         const unknown = await rpc(tg.url('eth', 'tg_unknownkeyunknownkeyunknownkey'), { jsonrpc: '2.0', id: 1, method: 'eth_chainId', params: [] });
         expect(unknown.status).toBe(503);

@@ -15,6 +15,11 @@ export interface Meter {
   reserve(reservationId: string, subject: ChargeSubject): Promise<AdmissionResult>;
   /** Reserves and settles at once, for answers known without an upstream call. */
   charge(subject: ChargeSubject): Promise<AdmissionResult>;
+  /**
+   * Several charges and settles (a batch request's commits, in its items' order) in this turn's
+   * batch, answered with one promise: a batch of 50 cache hits then waits on one promise, not 50.
+   */
+  commitAll(commits: readonly LedgerCommit[]): Promise<CommitResults>;
   /** Charges a reservation; `reservation_gone` when it was already refunded (nothing is charged then). */
   settle(reservationId: string): Promise<FinishResult>;
   refund(reservationId: string): Promise<FinishResult>;
@@ -34,17 +39,34 @@ export interface Meter {
   close(): void;
 }
 
+/** One commit of {@link Meter.commitAll}: an answer known without an upstream call, or a reservation to settle. */
+export type LedgerCommit = { type: 'charge'; subject: ChargeSubject } | { type: 'settle'; reservationId: string };
+
+/**
+ * What {@link Meter.commitAll} did: one result per commit, in order (an admission for a charge, a
+ * finish for a settle). A result is undefined when its operation could not be applied; `error`
+ * then says why (the store could not be reached, or the shard of its team).
+ */
+export interface CommitResults {
+  results: ReadonlyArray<LedgerResult | undefined>;
+  error?: unknown;
+}
+
 const RELEASE_RETRY_MS = 2_000;
 
-interface Pending {
-  op: LedgerOp;
-  resolve: (result: LedgerResult) => void;
-  reject: (error: unknown) => void;
-}
+/**
+ * A caller waiting on this turn's batch, from its operation `first` on: a single operation's caller
+ * gets its result (or the error), a group's its `count` results together (a group never fails).
+ */
+type Waiter =
+  | { group: false; first: number; resolve: (result: LedgerResult) => void; reject: (error: unknown) => void }
+  | { group: true; first: number; count: number; resolve: (outcome: CommitResults) => void };
 
 export function createMeter(ledger: Ledger, options: { now?: () => number } = {}): Meter {
   const now = options.now ?? Date.now;
-  let queue: Pending[] = [];
+  // This turn's operations, in order, and who waits on which of them.
+  let queuedOps: LedgerOp[] = [];
+  let waiters: Waiter[] = [];
   let scheduled = false;
   let inFlight: Promise<void> = Promise.resolve();
   const toRelease = new Set<string>();
@@ -68,30 +90,59 @@ export function createMeter(ledger: Ledger, options: { now?: () => number } = {}
 
   function runBatch(): void {
     scheduled = false;
-    const batch = queue;
-    queue = [];
+    const ops = queuedOps;
+    const batch = waiters;
+    queuedOps = [];
+    waiters = [];
     if (batch.length === 0) return;
-    const applied = ledger.applyLedger(batch.map((pending) => pending.op)).then(
-      (results) => batch.forEach((pending, index) => pending.resolve(results[index]!)),
-      (error: unknown) =>
-        batch.forEach((pending, index) => {
-          // Operations a partly failed batch did apply keep their results (they were charged).
-          const result = error instanceof PartialLedgerError ? error.results[index] : undefined;
-          if (result !== undefined) pending.resolve(result);
-          else pending.reject(error instanceof PartialLedgerError ? error.cause : error);
-        }),
+    const applied = ledger.applyLedger(ops).then(
+      (results) => {
+        for (const waiter of batch) {
+          if (waiter.group) waiter.resolve({ results: results.slice(waiter.first, waiter.first + waiter.count) });
+          else waiter.resolve(results[waiter.first]!);
+        }
+      },
+      (error: unknown) => {
+        // Operations a partly failed batch did apply keep their results (they were charged).
+        const applied = error instanceof PartialLedgerError ? error.results : undefined;
+        const cause = error instanceof PartialLedgerError ? error.cause : error;
+        for (const waiter of batch) {
+          if (waiter.group) {
+            const results = applied?.slice(waiter.first, waiter.first + waiter.count) ?? new Array<undefined>(waiter.count).fill(undefined);
+            waiter.resolve({ results, error: cause });
+          } else {
+            const result = applied?.[waiter.first];
+            if (result !== undefined) waiter.resolve(result);
+            else waiter.reject(cause);
+          }
+        }
+      },
     );
     inFlight = inFlight.then(() => applied);
+  }
+
+  function schedule(): void {
+    if (!scheduled) {
+      scheduled = true;
+      setImmediate(runBatch);
+    }
   }
 
   /** Queues `op` for this turn's batch; its result has the type of its operation. */
   function submit<Op extends LedgerOp>(op: Op): Promise<LedgerResultOf<Op>> {
     return new Promise((resolve, reject) => {
-      queue.push({ op, resolve: resolve as (result: LedgerResult) => void, reject });
-      if (!scheduled) {
-        scheduled = true;
-        setImmediate(runBatch);
-      }
+      waiters.push({ group: false, first: queuedOps.length, resolve: resolve as (result: LedgerResult) => void, reject });
+      queuedOps.push(op);
+      schedule();
+    });
+  }
+
+  /** Queues `ops` for this turn's batch, in order, with one caller waiting on all of them. */
+  function submitGroup(ops: readonly LedgerOp[]): Promise<CommitResults> {
+    return new Promise((resolve) => {
+      waiters.push({ group: true, first: queuedOps.length, count: ops.length, resolve });
+      queuedOps.push(...ops);
+      schedule();
     });
   }
 
@@ -99,6 +150,12 @@ export function createMeter(ledger: Ledger, options: { now?: () => number } = {}
     newReservationId: () => `${idPrefix}-${(nextReservation++).toString(36)}`,
     reserve: (reservationId, subject) => submit({ type: 'reserve', reservationId, subject, nowMs: now() }),
     charge: (subject) => submit({ type: 'charge', subject, nowMs: now() }),
+    commitAll(commits) {
+      if (commits.length === 0) return Promise.resolve({ results: [] });
+      const nowMs = now();
+      const ops = commits.map((commit): LedgerOp => (commit.type === 'charge' ? { type: 'charge', subject: commit.subject, nowMs } : commit));
+      return submitGroup(ops);
+    },
     settle: (reservationId) => submit({ type: 'settle', reservationId }),
     refund: (reservationId) => submit({ type: 'refund', reservationId }),
     reverse: (subject) => submit({ type: 'reverse', subject }),

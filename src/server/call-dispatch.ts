@@ -120,10 +120,13 @@ export function createCallDispatcher(deps: { executor: CallExecutor; meter: Pick
     async answerBatch(items, network, auth, ctx, deadline, rules) {
       ctx.batchSize = items.length;
       for (const item of items) if (item.kind !== 'invalid') ctx.methods.push(methodForLog(item.method, network.methods.has(item.method)));
-      const executed = await Promise.all(items.map((item) => executeItem(item, network, auth, ctx, deadline, rules)));
+      const executing = items.map((item) => executeItem(item, network, auth, ctx, deadline, rules));
+      // A batch of cache hits is answered synchronously: no promise per item to wait on.
+      const executed = executing.some((pending) => pending instanceof Promise) ? await Promise.all(executing) : (executing as Array<PendingReply | undefined>);
       // Every item is committed at once, just before the one answer that carries them all.
       const deliverable = !clientGone(ctx);
-      const replies = await Promise.all(executed.map((pending) => (pending === undefined ? undefined : executor.commit(pending, ctx, deliverable))));
+      const committing = executor.commitAll(executed, ctx, deliverable);
+      const replies = committing instanceof Promise ? await committing : committing;
       if (!deliverable) return CLIENT_LEFT;
       const answered: Reply[] = [];
       items.forEach((item, index) => {

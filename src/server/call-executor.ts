@@ -6,10 +6,10 @@ import { dehydrateBlock } from '../cache/block-cache.js';
 import type { CachePlan, CacheTier, ResponseCache } from '../cache/response-cache.js';
 import { createSingleFlight } from '../cache/single-flight.js';
 import { addSaved, createCachedCalls, finalizedOf, serialised, shareAnswer, timedOutAnswer, type Answer } from './cached-calls.js';
-import type { Meter } from '../metering/meter.js';
+import type { LedgerCommit, Meter } from '../metering/meter.js';
 import { nextUtcMidnight, utcDay } from '../metering/meter.js';
 import type { ProviderSpend } from '../routing/upstream-price.js';
-import type { ChargeSubject, KeyWithTeam, LedgerRefusal, LedgerResult } from '../store/index.js';
+import type { AdmissionResult, ChargeSubject, FinishResult, KeyWithTeam, LedgerRefusal, LedgerResult } from '../store/index.js';
 import type { RequestContext } from './context.js';
 import type { NetworkRuntime } from './network-runtime.js';
 import { runFilterLogsCall, runLogsCall, runLogsRange, type LogsOutcome } from './logs-calls.js';
@@ -40,6 +40,9 @@ export type PendingReply =
   /** Forwarded and answered: its reservation is settled at commit, or refunded. */
   | { ledger: 'settle'; reply: Reply; subject: ChargeSubject; reservationId: string };
 
+type ChargePending = Extract<PendingReply, { ledger: 'charge' }>;
+type SettlePending = Extract<PendingReply, { ledger: 'settle' }>;
+
 export interface CallExecutor {
   /** Validates, reserves credits and forwards (or answers locally); charges nothing yet. */
   execute(item: CallItem, network: NetworkRuntime, auth: KeyWithTeam, ctx: RequestContext, deadline: number): PendingReply | Promise<PendingReply>;
@@ -49,6 +52,12 @@ export interface CallExecutor {
    * refusal when the charge was refused, or a store error when it could not be recorded.
    */
   commit(pending: PendingReply, ctx: RequestContext, deliverable: boolean): Reply | Promise<Reply>;
+  /**
+   * {@link commit} for a batch's items at once (`undefined` for a notification, which has no
+   * reply): their charges and settles go to the store together, in item order, and the batch
+   * waits on one promise instead of one per item.
+   */
+  commitAll(pendings: ReadonlyArray<PendingReply | undefined>, ctx: RequestContext, deliverable: boolean): Array<Reply | undefined> | Promise<Array<Reply | undefined>>;
   /**
    * `eth_getLogs` over blocks `range` for the gateway itself (a `logs` subscription's back-fill,
    * docs/websocket.md): the splitter and the forward step of client calls (the response cache,
@@ -347,51 +356,87 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
    */
   function charge(reply: Reply, subject: ChargeSubject, ctx: RequestContext): Promise<Reply> {
     return meter.charge(subject).then(
-      (charged): Reply => {
-        recordCharge(ctx, subject.method, charged.ok ? subject.cost : 0, charged);
-        if (!charged.ok) return errorReply(reply.id, refusal(charged, subject, now()));
-        (ctx.charged ??= []).push(subject);
-        return reply;
-      },
-      (error: unknown): Reply => {
-        deps.onStoreError?.(error);
-        return deps.failOpen ? reply : storeUnavailable(reply.id);
-      },
+      (charged) => chargedReply(reply, subject, ctx, charged, undefined),
+      (error: unknown) => chargedReply(reply, subject, ctx, undefined, error),
     );
   }
 
-  function settle(pending: Extract<PendingReply, { ledger: 'settle' }>, ctx: RequestContext): Promise<Reply> {
+  /** The reply of a charged answer: itself, a refusal, or (`charged` undefined: the store failed with `error`) a store error. */
+  function chargedReply(reply: Reply, subject: ChargeSubject, ctx: RequestContext, charged: AdmissionResult | undefined, error: unknown): Reply {
+    if (charged === undefined) {
+      deps.onStoreError?.(error);
+      return deps.failOpen ? reply : storeUnavailable(reply.id);
+    }
+    recordCharge(ctx, subject.method, charged.ok ? subject.cost : 0, charged);
+    if (!charged.ok) return errorReply(reply.id, refusal(charged, subject, now()));
+    (ctx.charged ??= []).push(subject);
+    return reply;
+  }
+
+  function settle(pending: SettlePending, ctx: RequestContext): Promise<Reply> {
     return meter.settle(pending.reservationId).then(
-      (settled): Reply => {
-        // A reservation already gone was given back by the stale-reservation sweep: the answer
-        // goes out uncharged, and its headers and log say so.
-        recordCharge(ctx, pending.subject.method, settled.ok ? pending.subject.cost : 0, settled);
-        if (settled.ok) (ctx.charged ??= []).push(pending.subject);
-        return pending.reply;
-      },
-      (error: unknown): Reply => {
-        // The charge could not be recorded: the answer is not charged, so its credits go back;
-        // failing closed, it is not sent either.
-        deps.onStoreError?.(error);
-        meter.release(pending.reservationId);
-        return deps.failOpen ? pending.reply : storeUnavailable(pending.reply.id);
-      },
+      (settled) => settledReply(pending, ctx, settled, undefined),
+      (error: unknown) => settledReply(pending, ctx, undefined, error),
     );
+  }
+
+  /** The reply of a settled answer; `settled` undefined: the store failed with `error`. */
+  function settledReply(pending: SettlePending, ctx: RequestContext, settled: FinishResult | undefined, error: unknown): Reply {
+    if (settled === undefined) {
+      // The charge could not be recorded: the answer is not charged, so its credits go back;
+      // failing closed, it is not sent either.
+      deps.onStoreError?.(error);
+      meter.release(pending.reservationId);
+      return deps.failOpen ? pending.reply : storeUnavailable(pending.reply.id);
+    }
+    // A reservation already gone was given back by the stale-reservation sweep: the answer
+    // goes out uncharged, and its headers and log say so.
+    recordCharge(ctx, pending.subject.method, settled.ok ? pending.subject.cost : 0, settled);
+    if (settled.ok) (ctx.charged ??= []).push(pending.subject);
+    return pending.reply;
+  }
+
+  function commit(pending: PendingReply, ctx: RequestContext, deliverable: boolean): Reply | Promise<Reply> {
+    switch (pending.ledger) {
+      case 'none':
+        return pending.reply;
+      case 'charge':
+        return deliverable ? charge(pending.reply, pending.subject, ctx) : pending.reply;
+      case 'settle':
+        if (deliverable) return settle(pending, ctx);
+        return refund(pending.reservationId, pending.subject, ctx).then(() => pending.reply);
+    }
   }
 
   return {
     execute,
     internalLogs,
-    commit(pending, ctx, deliverable) {
-      switch (pending.ledger) {
-        case 'none':
-          return pending.reply;
-        case 'charge':
-          return deliverable ? charge(pending.reply, pending.subject, ctx) : pending.reply;
-        case 'settle':
-          if (deliverable) return settle(pending, ctx);
-          return refund(pending.reservationId, pending.subject, ctx).then(() => pending.reply);
+    commit,
+    commitAll(pendings, ctx, deliverable) {
+      // A client gone: nothing is charged, each reservation is refunded on its own.
+      if (!deliverable) return Promise.all(pendings.map((pending) => (pending === undefined ? undefined : commit(pending, ctx, false))));
+      const replies: Array<Reply | undefined> = [];
+      const commits: LedgerCommit[] = [];
+      const committed: Array<ChargePending | SettlePending> = [];
+      const positions: number[] = [];
+      for (const pending of pendings) {
+        replies.push(pending?.reply);
+        if (pending === undefined || pending.ledger === 'none') continue;
+        commits.push(pending.ledger === 'charge' ? { type: 'charge', subject: pending.subject } : { type: 'settle', reservationId: pending.reservationId });
+        committed.push(pending);
+        positions.push(replies.length - 1);
       }
+      if (commits.length === 0) return replies;
+      return meter.commitAll(commits).then(({ results, error }) => {
+        committed.forEach((pending, index) => {
+          const result = results[index];
+          replies[positions[index]!] =
+            pending.ledger === 'charge'
+              ? chargedReply(pending.reply, pending.subject, ctx, result as AdmissionResult | undefined, error)
+              : settledReply(pending, ctx, result as FinishResult | undefined, error);
+        });
+        return replies;
+      });
     },
   };
 }
