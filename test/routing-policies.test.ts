@@ -2,6 +2,7 @@
 // timeout, circuit breaker, failover, hedge, null confirmation, result check; then selection,
 // upstream health and the health prober. Nothing here sleeps or opens a socket.
 
+import { getEventListeners } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { startHealthProber, headOf } from '../src/routing/health-prober.js';
 import { circuitBreakerPolicy } from '../src/routing/policies/circuit-breaker.js';
@@ -12,7 +13,7 @@ import { resultCheckPolicy } from '../src/routing/policies/result-check.js';
 import { timeoutPolicy } from '../src/routing/policies/timeout.js';
 import { tracedPolicy } from '../src/routing/policies/traced.js';
 import type { AttemptFacts, RequestTrace } from '../src/routing/call-trace.js';
-import { attemptEachCandidate, type AttemptFn, type Execution, type ResultCheck } from '../src/routing/policies/types.js';
+import { attemptEachCandidate, NEVER_ABORTED, type AttemptFn, type Execution, type ResultCheck } from '../src/routing/policies/types.js';
 import { createSelector, type SelectionSettings } from '../src/routing/selection.js';
 import { HEALTH_HALF_LIFE_MS, UpstreamHealth } from '../src/routing/upstream-health.js';
 import type { AttemptOutcome, RoutedUpstream } from '../src/routing/upstream.js';
@@ -112,6 +113,21 @@ describe('timeout policy', () => {
     const outcome = await timeoutPolicy(clock)(attempt)(upstream, executionOf([upstream], { clock }), new AbortController().signal);
     expect(outcome).toMatchObject({ kind: 'result' });
     expect(clock.pending).toBe(0);
+  });
+
+  it("under the shared never-aborted signal: still aborts its own attempt at the bound, and nothing listens on the shared signal", async () => {
+    const clock = new ManualClock();
+    const upstream = upstreamOn(clock, 'a', { timeoutMs: 300 });
+    const { attempt, calls } = scriptedAttempts({ a: untilAborted, b: async () => result('"0x1"') });
+    const slow = timeoutPolicy(clock)(attempt)(upstream, executionOf([upstream], { clock }), NEVER_ABORTED);
+    const fast = timeoutPolicy(clock)(attempt)(upstreamOn(clock, 'b'), executionOf([upstream], { clock }), NEVER_ABORTED);
+    expect(getEventListeners(NEVER_ABORTED, 'abort')).toHaveLength(0);
+    expect(await fast).toMatchObject({ kind: 'result' });
+    await clock.advance(300);
+    expect(await slow).toMatchObject({ kind: 'failure', reason: 'timeout', timedOut: true });
+    expect(calls[0]!.signal.aborted).toBe(true);
+    expect(NEVER_ABORTED.aborted).toBe(false);
+    expect(getEventListeners(NEVER_ABORTED, 'abort')).toHaveLength(0);
   });
 });
 

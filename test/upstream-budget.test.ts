@@ -3,11 +3,12 @@
 // one; then the budget policy (move on, wait within the deadline, give up as over_budget), the
 // `cheapest` ranking, and the 429 the client gets when every upstream is at its limit.
 
+import { getEventListeners } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { forwardOutcomeOf } from '../src/routing/call-outcome.js';
 import { budgetPolicy, isRateLimited, OVER_BUDGET, WAIT_MARGIN_MS } from '../src/routing/policies/budget.js';
 import { failoverPolicy } from '../src/routing/policies/failover.js';
-import { attemptEachCandidate, type AttemptFn, type Execution } from '../src/routing/policies/types.js';
+import { attemptEachCandidate, NEVER_ABORTED, type AttemptFn, type Execution } from '../src/routing/policies/types.js';
 import { createSelector } from '../src/routing/selection.js';
 import { BUDGET_COUNTED_MS, BUDGET_SLICE_MS, BUDGET_WINDOW_MS, UpstreamBudget } from '../src/routing/upstream-budget.js';
 import { upstreamPriceOf } from '../src/routing/upstream-price.js';
@@ -147,6 +148,17 @@ describe('UpstreamBudget', () => {
     await clock.advance(BUDGET_COUNTED_MS);
     await Promise.all(line);
     expect(order).toEqual(['aborted aborted', 'short deadline too-late', 'first taken', 'last taken']);
+  });
+
+  it('does not listen on the shared never-aborted signal while callers wait in line', async () => {
+    const clock = new ManualClock();
+    const start = clock.now();
+    const budget = new UpstreamBudget({ requestsPerSecond: 1, scope: 'eth/a' }, clock);
+    expect(await budget.take()).toBe(0);
+    const line = Array.from({ length: 12 }, () => budget.waitForPermit(start + 500, NEVER_ABORTED));
+    expect(getEventListeners(NEVER_ABORTED, 'abort')).toHaveLength(0);
+    await clock.advance(500);
+    expect(await Promise.all(line)).toEqual(Array.from({ length: 12 }, () => 'too-late'));
   });
 
   it('asks the shared window only when its own has room, and counts alone while the shared one is unreachable', async () => {

@@ -5,7 +5,7 @@ import type { RequestTrace } from './call-trace.js';
 import type { ProviderSpend } from './upstream-price.js';
 import type { FilterIds, FilterScope } from './filter-ids.js';
 import { failoverPolicy } from './policies/failover.js';
-import { attemptEachCandidate, type AttemptPolicy } from './policies/types.js';
+import { attemptEachCandidate, NEVER_ABORTED, type AttemptPolicy } from './policies/types.js';
 import type { StatefulRouteDeps } from './stateful-deps.js';
 import { contiguous } from '../jsonrpc/result-bytes.js';
 
@@ -75,7 +75,7 @@ export function createFilterCalls(deps: StatefulRouteDeps, filterIds: FilterIds)
     if (candidates.length === 0) return failed('TG_ERR_NO_HEALTHY_UPSTREAM', upstreams.map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
     const execution = deps.executionFor(prepared, deadline, candidates, trace, spend);
     const call = failoverPolicy(clock)(attemptEachCandidate(wrapping(scope)(deps.attempt)));
-    const outcome = forwardOutcomeOf(await call(execution, new AbortController().signal), execution, candidates, clock.now());
+    const outcome = forwardOutcomeOf(await call(execution, NEVER_ABORTED), execution, candidates, clock.now());
     remember(outcome, prepared);
     return outcome;
   }
@@ -89,7 +89,7 @@ export function createFilterCalls(deps: StatefulRouteDeps, filterIds: FilterIds)
     if (pin === undefined) return rejected(new GatewayError('TG_ERR_FILTER_NOT_FOUND'));
     const base = deps.executionFor(prepared, deadline, [pin.upstream], trace, spend);
     const execution = { ...base, paramsFor: () => [pin.upstreamFilterId, ...params.slice(1)] };
-    const outcome = await attemptEachCandidate(deps.attempt)(execution, new AbortController().signal);
+    const outcome = await attemptEachCandidate(deps.attempt)(execution, NEVER_ABORTED);
     if (prepared.method === 'eth_uninstallFilter' && outcome.kind === 'result') criteria.delete(params[0]);
     return forwardOutcomeOf(outcome, execution, [pin.upstream], clock.now());
   }

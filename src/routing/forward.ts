@@ -20,7 +20,7 @@ import { resultCheckPolicy } from './policies/result-check.js';
 import { timeoutPolicy } from './policies/timeout.js';
 import { tracedPolicy } from './policies/traced.js';
 import type { RequestTrace } from './call-trace.js';
-import { attemptEachCandidate, chain, type Attempt, type AttemptFn, type AttemptPolicy, type CallPolicy, type Execution } from './policies/types.js';
+import { attemptEachCandidate, chain, NEVER_ABORTED, type Attempt, type AttemptFn, type AttemptPolicy, type CallPolicy, type Execution } from './policies/types.js';
 import { createSelector, type Selector } from './selection.js';
 import { createTransactionCalls } from './transactions.js';
 import type { UpstreamPermits } from '../store/types.js';
@@ -241,7 +241,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
     probeTimeout((target, _execution, signal) => byId.get(target.id)!.send(method, params, signal, false))(
       upstream,
       probeExecution(method, clock.now() + timeoutMs),
-      new AbortController().signal,
+      NEVER_ABORTED,
     );
   const onFinalized = options.onFinalized;
   const finalityProbe = createFinalityProbe({
@@ -302,7 +302,7 @@ export function createForwarder(network: NetworkConfig, options: ForwarderOption
         return failed('TG_ERR_NO_HEALTHY_UPSTREAM', servingOnly(upstreams, prepared.servedBy).map((upstream) => ({ upstream: upstream.id, reason: 'circuit_open' })));
       }
       const execution = createExecution(prepared, deadline, candidates, byId, archive, caller.trace, caller.spend);
-      const outcome = await call(execution, new AbortController().signal);
+      const outcome = await call(execution, NEVER_ABORTED);
       return (outcome.kind === 'failed' ? prunedEverywhere(execution) : undefined) ?? forwardOutcomeOf(outcome, execution, candidates, clock.now());
     },
   };

@@ -4,7 +4,7 @@ import { upstreamParams, type PreparedCall } from '../methods/registry.js';
 import type { RequestTrace } from './call-trace.js';
 import type { ProviderSpend } from './upstream-price.js';
 import { failed, forwardOutcomeOf, type ForwardOutcome } from './call-outcome.js';
-import { attemptEachCandidate, attemptOf, FAILED, isListedFailure, isNullResult, type Attempt, type Execution, type RoutedUpstream } from './policies/types.js';
+import { attemptEachCandidate, attemptOf, FAILED, isListedFailure, isNullResult, NEVER_ABORTED, type Attempt, type Execution, type RoutedUpstream } from './policies/types.js';
 import type { StatefulRouteDeps } from './stateful-deps.js';
 import { probeExecution } from './executions.js';
 
@@ -115,7 +115,7 @@ export function createTransactionCalls(deps: StatefulRouteDeps): TransactionCall
   }
 
   async function oneAfterAnother(execution: Execution, candidates: RoutedUpstream[], hash: string | undefined): Promise<ForwardOutcome> {
-    const signal = new AbortController().signal;
+    const signal = NEVER_ABORTED;
     while (execution.peekCandidate() !== undefined && clock.now() < execution.deadline) {
       const outcome = await attemptNext(execution, signal);
       if (outcome.kind === 'result') return forwardOutcomeOf(outcome, execution, candidates, clock.now());
@@ -127,7 +127,7 @@ export function createTransactionCalls(deps: StatefulRouteDeps): TransactionCall
   function toEveryone(execution: Execution, candidates: RoutedUpstream[], hash: string | undefined): Promise<ForwardOutcome> {
     // Never aborted: once one node has answered, the others still get the transaction (each
     // attempt is bounded by its timeout).
-    const signal = new AbortController().signal;
+    const signal = NEVER_ABORTED;
     const errors: Array<{ error: JsonRpcErrorObject; upstream: string }> = [];
     return new Promise((resolve) => {
       let pending = candidates.length;

@@ -4,6 +4,7 @@ import type { JsonRpcErrorObject } from '../errors.js';
 import { AnswerCollector, answerBuffers } from '../jsonrpc/answer-buffers.js';
 import { readEnvelope } from '../jsonrpc/envelope-scanner.js';
 import { contiguous, type ResultBytes } from '../jsonrpc/result-bytes.js';
+import { exchange } from './upstream-exchange.js';
 import { UpstreamHealth, type CircuitBreakerSettings } from './upstream-health.js';
 
 /**
@@ -109,16 +110,14 @@ export class Upstream implements RoutedUpstream {
     let answer: AnswerCollector | undefined;
     try {
       const headers = extraHeaders === undefined ? this.headers : { ...this.headers, ...extraHeaders };
-      const response = await this.pool.request({ method: 'POST', path: this.path, headers, body, signal });
       // A small answer stays in the chunks undici delivers (the validator copies them into its own
       // memory, so concatenating them first would be a copy for nothing); a large one is collected
       // in a pooled buffer as it arrives (jsonrpc/answer-buffers.ts says why).
-      const announced = Number(response.headers['content-length']);
-      answer = new AnswerCollector(answerBuffers, Number.isSafeInteger(announced) ? announced : undefined);
-      for await (const chunk of response.body as AsyncIterable<Buffer>) answer.add(chunk);
+      const response = await exchange(this.pool, { method: 'POST', path: this.path, headers, body }, signal, collectAnswer);
+      answer = response.answer;
       const durationMs = performance.now() - started;
-      if (response.statusCode < 200 || response.statusCode >= 300) {
-        return { kind: 'failure', reason: `http_${response.statusCode}`, timedOut: false, durationMs };
+      if (response.status < 200 || response.status >= 300) {
+        return { kind: 'failure', reason: `http_${response.status}`, timedOut: false, durationMs };
       }
       let outcome: AttemptOutcome;
       try {
@@ -143,6 +142,8 @@ export class Upstream implements RoutedUpstream {
     return this.pool.close();
   }
 }
+
+const collectAnswer = (announcedLength: number | undefined): AnswerCollector => new AnswerCollector(answerBuffers, announcedLength);
 
 /**
  * Reads the upstream's envelope without building its result (which may be megabytes): the scan

@@ -86,12 +86,23 @@ export function chain<F>(...policies: Array<(next: F) => F>): (fn: F) => F {
   return (fn) => policies.reduceRight((next, policy) => policy(next), fn);
 }
 
+/**
+ * The signal of a call that nothing outside it can cancel (what the forwarding entry points pass
+ * down): never aborted, since no one holds its controller. One shared signal rather than a new one
+ * per call: an AbortController costs about as much to make as an undici request's handler, and
+ * {@link childController} need not listen on this one.
+ */
+export const NEVER_ABORTED: AbortSignal = new AbortController().signal;
+
+const noRelease = (): void => undefined;
+
 /** An abort signal that follows `parent` and can also be aborted on its own. */
 export function childController(parent: AbortSignal): { controller: AbortController; release: () => void } {
   const controller = new AbortController();
+  if (parent === NEVER_ABORTED) return { controller, release: noRelease };
   if (parent.aborted) {
     controller.abort(parent.reason);
-    return { controller, release: () => undefined };
+    return { controller, release: noRelease };
   }
   const onAbort = () => controller.abort(parent.reason);
   parent.addEventListener('abort', onAbort, { once: true });
