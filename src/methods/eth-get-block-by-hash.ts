@@ -1,4 +1,5 @@
 import { GatewayError } from '../errors.js';
+import { rememberPasses } from './remembered-passes.js';
 
 /** `eth_getBlockByHash` params, normalised: the hash in lower case (cache key and upstream call). */
 export interface BlockByHashQuery {
@@ -10,24 +11,11 @@ const BLOCK_HASH = /^0x[0-9a-fA-F]{64}$/;
 /** What nearly every client sends: a hash already in lower case needs no `toLowerCase()` copy. */
 const LOWER_CASE_BLOCK_HASH = /^0x[0-9a-f]{64}$/;
 
-/** Lower-case hashes recently found well-formed; past this many the set starts over. */
-const CHECKED_HASHES_MAX = 4_096;
-const checkedHashes = new Set<string>();
-
 /**
- * Whether `hash` is a lower-case block hash. Clients ask for the same blocks again and again (a
- * batch of 50 often names one): the regular expression costs about 1,800 instructions a call, a
- * set lookup about 150, and the string's hash it computes is kept with the string, so the block
- * cache's lookup that follows does not compute it again. Only strings that passed the check
- * enter the set.
+ * Whether `hash` is a lower-case block hash, remembered once found so: the regular expression
+ * costs about 1,800 instructions a call, a set lookup about 150 (a batch of 50 often names one block).
  */
-function isLowerCaseBlockHash(hash: string): boolean {
-  if (checkedHashes.has(hash)) return true;
-  if (!LOWER_CASE_BLOCK_HASH.test(hash)) return false;
-  if (checkedHashes.size >= CHECKED_HASHES_MAX) checkedHashes.clear();
-  checkedHashes.add(hash);
-  return true;
-}
+const isLowerCaseBlockHash = rememberPasses((hash) => LOWER_CASE_BLOCK_HASH.test(hash));
 
 function invalidArgument(index: number, message: string): GatewayError {
   return new GatewayError('TG_ERR_INVALID_PARAMS', `invalid argument ${index}: ${message}`);
