@@ -17,7 +17,8 @@
 //   npm run build && node --import tsx bench/callgrind-hit.ts [--out dir] [--measured 5000] [--forwarded]
 //   (`--batch 50`: each request a batch of 50 such hits, counted per request;
 //   `--forwarded`: every call sent with `Cache-Control: no-cache`, so the miss path is counted:
-//   reserved, forwarded to anvil, verified, settled)
+//   reserved, forwarded to anvil, verified, settled; `--verification header|off`: through the network
+//   with that setting instead of `full`, so that a forwarded call is one upstream call)
 //   callgrind_annotate <dir>/callgrind.out.<pid>.1-01   # JIT frames as addresses; map them with the perf map
 //
 // Needs valgrind (callgrind_control on the PATH). A build from another checkout: `--tree <dir>`
@@ -49,6 +50,7 @@ const { values: flags } = parseArgs({
     forwarded: { type: 'boolean', default: false },
     'log-level': { type: 'string', default: 'warn' },
     batch: { type: 'string', default: '0' },
+    verification: { type: 'string', default: 'full' },
   },
 });
 const tree = resolve(flags.tree);
@@ -118,7 +120,7 @@ try {
   // reserved, forwarded to anvil, verified and settled: the miss path, without needing a new block per call.
   const headers: Record<string, string> = flags.forwarded ? { 'content-type': 'application/json', 'cache-control': 'no-cache' } : { 'content-type': 'application/json' };
   const post = async (body: string) => {
-    const res = await pool.request({ path: `/eth/v3/${secret}`, method: 'POST', headers, body, headersTimeout: 120_000, bodyTimeout: 120_000 });
+    const res = await pool.request({ path: `/${network(flags.verification)}/v3/${secret}`, method: 'POST', headers, body, headersTimeout: 120_000, bodyTimeout: 120_000 });
     return { status: res.statusCode, headers: res.headers, text: await res.body.text() };
   };
   const deadline = Date.now() + 180_000;

@@ -6,16 +6,24 @@
 // reference-proxy.ts), which is why the two references differ. Started by bench/run.ts as its own
 // process; prints `{"port":N}` when listening.
 //
-//   node --import tsx bench/reference-stream-proxy.ts --upstream http://127.0.0.1:PORT [--connections 64]
+// With `--validate` it is the second reference: the same proxy, but each answer is held until it
+// is complete and the gateway's own validator (src/jsonrpc/envelope-scanner.ts, every byte checked
+// as one JSON object in UTF-8) has passed it, then written at once (502 when it fails). Nothing
+// else is added: no auth, no metering, no log line. It is the least work a server can do that,
+// like the gateway, never sends the first byte of an answer it has not checked, so its speed
+// against the streaming proxy is what the validation alone leaves on this machine.
+//
+//   node --import tsx bench/reference-stream-proxy.ts --upstream http://127.0.0.1:PORT [--connections 64] [--validate]
 
-import { createServer } from 'node:http';
+import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { pipeline } from 'node:stream';
+import { pipeline, type Readable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
+import { readEnvelope } from '../src/jsonrpc/envelope-scanner.js';
 
 const { values } = parseArgs({
-  options: { upstream: { type: 'string' }, port: { type: 'string' }, connections: { type: 'string' } },
+  options: { upstream: { type: 'string' }, port: { type: 'string' }, connections: { type: 'string' }, validate: { type: 'boolean' } },
 });
 if (values.upstream === undefined) throw new Error('usage: reference-stream-proxy.ts --upstream URL');
 
@@ -37,8 +45,12 @@ const server = createServer((req, res) => {
         // client gets the same framing as from the gateway, not chunked encoding.
         const length = answer.headers['content-length'];
         if (typeof length === 'string') headers.push('content-length', length);
-        res.writeHead(answer.statusCode, headers);
-        pipeline(answer.body, res, () => {});
+        if (!values.validate) {
+          res.writeHead(answer.statusCode, headers);
+          pipeline(answer.body, res, () => {});
+          return;
+        }
+        answerWhenValid(answer.statusCode, headers, typeof length === 'string', answer.body, res);
       },
       () => {
         res.writeHead(502);
@@ -47,6 +59,29 @@ const server = createServer((req, res) => {
     );
   });
 });
+/** `--validate`: collects the answer, validates it, then writes it in one go (502 when it is not valid JSON-RPC). */
+function answerWhenValid(status: number, headers: string[], hasLength: boolean, body: Readable, res: ServerResponse): void {
+  const parts: Buffer[] = [];
+  let received = 0;
+  body.on('data', (chunk: Buffer) => {
+    parts.push(chunk);
+    received += chunk.length;
+  });
+  body.on('error', () => res.destroy());
+  body.on('end', () => {
+    if (readEnvelope(parts, received) === undefined) {
+      res.writeHead(502);
+      res.end();
+      return;
+    }
+    if (!hasLength) headers.push('content-length', String(received));
+    res.writeHead(status, headers);
+    res.cork();
+    for (const part of parts) res.write(part);
+    res.end();
+  });
+}
+
 server.keepAliveTimeout = 65_000;
 server.listen(Number(values.port ?? 0), '127.0.0.1', () => {
   process.stdout.write(`${JSON.stringify({ port: (server.address() as AddressInfo).port })}\n`);

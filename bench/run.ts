@@ -96,6 +96,9 @@ const BATCH_SCENARIO = `batch of ${BATCH_ITEMS} cache hits`;
 /** `getAssetsByGroup` page sizes measured: ~167 KiB and ~1.6 MiB answers. */
 const ASSET_LIMITS = [100, 1000] as const;
 const assetsScenario = (limit: number): string => `getAssetsByGroup, limit ${limit}`;
+/** The references of the `getAssetsByGroup` rows (bench/reference-stream-proxy.ts, without and with `--validate`). */
+const STREAM_PROXY = 'node:http + undici streaming proxy';
+const VALIDATING_PROXY = 'the same proxy, validating each answer first';
 const HEADERS_SCENARIO = 'cache hit, hydrated=false, reference sends the same headers';
 /** The extra row: the first scenario on a gateway at log level warn (no request lines). */
 const WARN_SCENARIO = 'cache hit, hydrated=false, log level warn';
@@ -506,30 +509,43 @@ function describe(row: Measured): string {
  * seconds, mostly hits both or spoils only a few pairs: the ratios are medians over the pairs.
  */
 async function comparePair(scenario: string, reference: Target, gateway: Target): Promise<[Measured, Measured]> {
+  const [refRow, gwRow] = await compareRounds(scenario, reference, [gateway]);
+  return [refRow!, gwRow!];
+}
+
+/**
+ * {@link comparePair} with more than one target against the same reference: each pair is a round
+ * of the reference and one of every target, in turn (ref-a-b, b-a-ref, ...), and every target's
+ * row carries its per-pair ratios to the reference. Returns the reference's row, then the
+ * targets' rows in the order given.
+ */
+async function compareRounds(scenario: string, reference: Target, targets: readonly Target[]): Promise<Measured[]> {
   process.stdout.write(`  ${scenario}: `);
-  await load(reference, WARMUP_S);
-  await load(gateway, WARMUP_S);
-  const refRounds: Round[] = [];
-  const gwRounds: Round[] = [];
+  const all = [reference, ...targets];
+  for (const target of all) await load(target, WARMUP_S);
+  const rounds: Round[][] = all.map(() => []);
   for (let pair = 0; pair < PAIRS; pair++) {
     // Alternating the order cancels a drift within a pair.
-    if (pair % 2 === 0) {
-      refRounds.push(await load(reference, ROUND_S));
-      gwRounds.push(await load(gateway, ROUND_S));
-    } else {
-      gwRounds.push(await load(gateway, ROUND_S));
-      refRounds.push(await load(reference, ROUND_S));
-    }
+    const order = pair % 2 === 0 ? all.keys() : [...all.keys()].reverse();
+    for (const index of order) rounds[index]!.push(await load(all[index]!, ROUND_S));
   }
+  const refRounds = rounds[0]!;
   const refRow = summarise(scenario, reference, refRounds);
-  const gwRow = summarise(scenario, gateway, gwRounds, refRow);
-  gwRow.pairs = {
-    rps: gwRounds.map((round, index) => rpsOf(round) / rpsOf(refRounds[index]!)),
-    p99: gwRounds.map((round, index) => p99Of(round) / p99Of(refRounds[index]!)),
-  };
-  const r = ratios(gwRow);
-  process.stdout.write(`${reference.name} ${describe(refRow)} | gateway ${describe(gwRow)} | ${fmt(r.rps ?? NaN)}× req/s, ${fmt(r.p99 ?? NaN)}× p99\n`);
-  return [refRow, gwRow];
+  const rows = targets.map((target, index) => {
+    const targetRounds = rounds[index + 1]!;
+    const row = summarise(scenario, target, targetRounds, refRow);
+    row.pairs = {
+      rps: targetRounds.map((round, pair) => rpsOf(round) / rpsOf(refRounds[pair]!)),
+      p99: targetRounds.map((round, pair) => p99Of(round) / p99Of(refRounds[pair]!)),
+    };
+    return row;
+  });
+  const described = rows.map((row) => {
+    const r = ratios(row);
+    return `${row.target} ${describe(row)} | ${fmt(r.rps ?? NaN)}× req/s, ${fmt(r.p99 ?? NaN)}× p99`;
+  });
+  process.stdout.write(`${reference.name} ${describe(refRow)} | ${described.join(' | ')}\n`);
+  return [refRow, ...rows];
 }
 
 /**
@@ -610,7 +626,7 @@ type Facts = { data: string; startedAt: Date; elapsedS: number };
 /** One run's targets (the Targets table of docs/benchmarks.md), from its rows. */
 function targetChecks(rows: readonly Measured[], gatewayRss: readonly number[], withRedis: boolean): Check[] {
   const gatewayRow = (scenario: string): Measured => {
-    const row = rows.find((candidate) => candidate.scenario === scenario && candidate.reference !== undefined);
+    const row = rows.find((candidate) => candidate.scenario === scenario && candidate.target === 'gateway' && candidate.reference !== undefined);
     if (row === undefined) throw new Error(`no gateway row for ${scenario}`);
     return row;
   };
@@ -712,14 +728,15 @@ function report(runs: ReadonlyArray<{ rows: Measured[]; checks: Check[] }>, fact
   lines.push(
     `- Load generator for **every table below: ${generator}**, ${CONNECTIONS} connections, pipelining 1. First every server is warmed up (${JIT_WARMUP_S} s of full load per gateway process, ` +
       `${Math.ceil(JIT_WARMUP_S / 2)} s per reference, so that V8 has optimised their hot paths); then per scenario a ${WARMUP_S} s warm-up of each ` +
-      `target (not recorded), then ${PAIRS} pairs of ${ROUND_S} s rounds, reference and gateway alternating (ref-gw, gw-ref, ...): ${PAIRS * ROUND_S} s per target. ` +
+      `target (not recorded), then ${PAIRS} pairs of ${ROUND_S} s rounds, reference and gateway alternating (ref-gw, gw-ref, ...; ref-validating-gw, gw-validating-ref, ... for \`getAssetsByGroup\`): ${PAIRS * ROUND_S} s per target. ` +
       `${RUNS} full run${RUNS === 1 ? '' : 's'} of every scenario, one after the other, on the same server processes.`,
   );
   lines.push(
     `- Gateway: \`node ${GATEWAY_NODE_FLAGS.join(' ')} dist/cli.js serve\` (the tollgate command's Node flags) as its own process; SQLite store (WAL, temp dir) with metering on (every call charged); ` +
       `cache \`maxBytes\` ${CACHE_MAX_BYTES / MIB} MiB; the default log level \`info\` (one JSON line per request) unless the row says \`warn\`; ` +
       'its log goes to a file. Team and key made with `tollgate teams create` / `keys create`. The Redis-store row is a fourth gateway on a local `redis-server` (no persistence), with the team and key copied by `tollgate migrate`. ' +
-      '`getAssetsByGroup` is compared with `bench/reference-stream-proxy.ts`, a `node:http` + undici proxy that pipes the sample DAS server\'s answer through unparsed.',
+      '`getAssetsByGroup` is compared with `bench/reference-stream-proxy.ts`, a `node:http` + undici proxy that pipes the sample DAS server\'s answer through unparsed, ' +
+      'and with the same proxy run with `--validate` (each answer held until the gateway\'s validator has passed it), measured in the same pairs.',
   );
   lines.push(`- Data: ${facts.data}`);
   lines.push(
@@ -752,6 +769,7 @@ function report(runs: ReadonlyArray<{ rows: Measured[]; checks: Check[] }>, fact
     });
     lines.push(`| ${name} | ${cells.join(' | ')} |`);
   }
+  lines.push(...validationBoundTable(runs));
   if (runs.length > 1) {
     lines.push('');
     lines.push('### Repeatability');
@@ -766,10 +784,10 @@ function report(runs: ReadonlyArray<{ rows: Measured[]; checks: Check[] }>, fact
     let repeating = 0;
     let total = 0;
     for (const row of runs[0]!.rows) {
-      if (row.reference === undefined) continue;
+      if (row.reference === undefined || row.target !== 'gateway') continue;
       for (const key of ['rps', 'p99', 'cpu'] as const) {
         const values = runs.map((run) => {
-          const same = run.rows.find((candidate) => candidate.scenario === row.scenario && candidate.reference !== undefined);
+          const same = run.rows.find((candidate) => candidate.scenario === row.scenario && candidate.target === 'gateway' && candidate.reference !== undefined);
           return same === undefined ? undefined : ratios(same)[key];
         });
         if (values.some((value) => value === undefined || !Number.isFinite(value))) continue;
@@ -786,6 +804,44 @@ function report(runs: ReadonlyArray<{ rows: Measured[]; checks: Check[] }>, fact
     lines.push(`${repeating} of ${total} ratios repeat within ±${REPEAT_TOLERANCE}.`);
   }
   return lines.join('\n');
+}
+
+/**
+ * What validating every byte of a `getAssetsByGroup` answer allows on this machine: the
+ * validating proxy against the streaming proxy (a floor no validating server beats by much), and
+ * the gateway against the validating proxy (what the gateway's own work adds to the validation).
+ * Ratios of requests per second are medians over the pairs, as in the rows.
+ */
+function validationBoundTable(runs: ReadonlyArray<{ rows: Measured[] }>): string[] {
+  const lines: string[] = [];
+  for (const [index, run] of runs.entries()) {
+    for (const limit of ASSET_LIMITS) {
+      const rowOf = (target: string): Measured | undefined => run.rows.find((row) => row.scenario === assetsScenario(limit) && row.target === target);
+      const validating = rowOf(VALIDATING_PROXY);
+      const gateway = rowOf('gateway');
+      if (validating?.pairs === undefined || gateway?.pairs === undefined) continue;
+      const gatewayPerPair = gateway.pairs.rps.map((ratio, pair) => ratio / validating.pairs!.rps[pair]!);
+      const cpu = (row: Measured, base: Measured): string =>
+        row.cpuUsPerRequest === undefined || base.cpuUsPerRequest === undefined ? 'n/a' : `${fmt(row.cpuUsPerRequest / base.cpuUsPerRequest)}×`;
+      lines.push(
+        `| limit ${limit} | ${index + 1} | ${ratioText(median(validating.pairs.rps), validating.pairs.rps)} | ${cpu(validating, validating.reference!)} | ` +
+          `${ratioText(median(gatewayPerPair), gatewayPerPair)} | ${cpu(gateway, validating)} |`,
+      );
+    }
+  }
+  if (lines.length === 0) return [];
+  return [
+    '',
+    '### What validating every byte allows',
+    '',
+    `The \`getAssetsByGroup\` rows' second reference, "${VALIDATING_PROXY}", is the streaming proxy holding each answer until ` +
+      "the gateway's own validator (the WebAssembly one) has passed it, then writing it at once: the least a server that validates every byte before sending the first can do. " +
+      'It is measured in the same pairs as the streaming proxy and the gateway.',
+    '',
+    '| page | run | validating proxy ÷ streaming proxy: req/s | CPU/req | gateway ÷ validating proxy: req/s | CPU/req |',
+    '|---|---:|---:|---:|---:|---:|',
+    ...lines,
+  ];
 }
 
 const DOC_HEADER = `# Benchmarks
@@ -1015,8 +1071,11 @@ async function main(): Promise<void> {
     })(),
     (async () => {
       const server = await startTsProcess<{ url: string; groupValue: string; size: number }>('sample-das-process.ts', []);
-      const streamProxy = await startTsProcess<{ port: number }>('reference-stream-proxy.ts', ['--upstream', server.info.url]);
-      return { ...server, streamProxy };
+      const [streamProxy, validatingProxy] = await Promise.all([
+        startTsProcess<{ port: number }>('reference-stream-proxy.ts', ['--upstream', server.info.url]),
+        startTsProcess<{ port: number }>('reference-stream-proxy.ts', ['--upstream', server.info.url, '--validate']),
+      ]);
+      return { ...server, streamProxy, validatingProxy };
     })(),
     (async () => {
       // A team with a quota no run can exhaust, and its key, made with the CLI like an operator would.
@@ -1032,8 +1091,9 @@ async function main(): Promise<void> {
   const bareUrl = `http://127.0.0.1:${bare.info.port}/`;
   const proxyUrl = `http://127.0.0.1:${proxy.info.port}/`;
   const bareTarget = (name: string, body: string): Target => ({ name, url: bareUrl, body, pid: bare.child.pid });
-  const { streamProxy } = das;
+  const { streamProxy, validatingProxy } = das;
   const streamProxyUrl = `http://127.0.0.1:${streamProxy.info.port}/`;
+  const validatingProxyUrl = `http://127.0.0.1:${validatingProxy.info.port}/`;
 
   // The gateways, each its own process on the same store: with the cache, without it (both at the
   // default log level, info: one line per request), and with the cache at log level warn (no
@@ -1078,6 +1138,7 @@ async function main(): Promise<void> {
     const pages = ASSET_LIMITS.map((limit) => assetsBody(das.info.groupValue, limit));
     await warmUp(`${cached.origin}/das/v3/${secret}`, pages, halfWarmUp);
     await warmUp(streamProxyUrl, pages, halfWarmUp);
+    await warmUp(validatingProxyUrl, pages, halfWarmUp);
   }
   await warmUp(eth(uncached), [blockBody(hash, false)], JIT_WARMUP_S);
   await warmUp(eth(quiet), [blockBody(hash, false)], halfWarmUp);
@@ -1090,7 +1151,9 @@ async function main(): Promise<void> {
   const viaGatewayDas = `${cached.origin}/das/v3/${secret}`;
   for (const limit of ASSET_LIMITS) {
     // The streaming proxy answers what the DAS server answers; the gateway the same, ids aside.
-    if (selected(`getAssetsByGroup, limit ${limit}`)) await sameAnswer(`getAssetsByGroup limit ${limit}`, viaGatewayDas, streamProxyUrl, assetsBody(das.info.groupValue, limit));
+    if (!selected(assetsScenario(limit))) continue;
+    await sameAnswer(`getAssetsByGroup limit ${limit}`, viaGatewayDas, streamProxyUrl, assetsBody(das.info.groupValue, limit));
+    await sameAnswer(`getAssetsByGroup limit ${limit}, validating proxy`, validatingProxyUrl, streamProxyUrl, assetsBody(das.info.groupValue, limit));
   }
 
   /** One full run: every selected scenario, in a fixed order; returns its rows and targets. */
@@ -1145,11 +1208,15 @@ async function main(): Promise<void> {
     }
     for (const limit of ASSET_LIMITS) {
       // Against a streaming Node proxy in front of the same DAS server: the gateway validates every
-      // byte of the answer and charges the call; the proxy pipes the bytes.
+      // byte of the answer and charges the call; the proxy pipes the bytes. The validating proxy
+      // (the same proxy, holding each answer until the gateway's validator has passed it) is
+      // measured in the same pairs: what validating every byte alone leaves of the streaming
+      // proxy's speed on this machine.
       if (!selected(assetsScenario(limit))) continue;
       const body = assetsBody(das.info.groupValue, limit);
-      const reference: Target = { name: 'node:http + undici streaming proxy', url: streamProxyUrl, body, pid: streamProxy.child.pid };
-      rows.push(...(await comparePair(assetsScenario(limit), reference, gatewayTarget(cached, body, viaGatewayDas))));
+      const reference: Target = { name: STREAM_PROXY, url: streamProxyUrl, body, pid: streamProxy.child.pid };
+      const validating: Target = { name: VALIDATING_PROXY, url: validatingProxyUrl, body, pid: validatingProxy.child.pid };
+      rows.push(...(await compareRounds(assetsScenario(limit), reference, [validating, gatewayTarget(cached, body, viaGatewayDas)])));
     }
     if (redisGateway !== undefined) {
       // Its reference is the SQLite-store gateway, measured again in interleaved rounds.
@@ -1202,7 +1269,7 @@ async function main(): Promise<void> {
   await redisGateway?.stop();
   if (redis !== undefined) await stopChild(redis.child);
   const logBytes = statSync(cached.logFile).size;
-  await Promise.all([cached.stop(), uncached.stop(), quiet.stop(), stopChild(bare.child), stopChild(bareWithHeaders.child), stopChild(proxy.child), stopChild(streamProxy.child), stopChild(das.child)]);
+  await Promise.all([cached.stop(), uncached.stop(), quiet.stop(), stopChild(bare.child), stopChild(bareWithHeaders.child), stopChild(proxy.child), stopChild(streamProxy.child), stopChild(validatingProxy.child), stopChild(das.child)]);
   await anvil!.stop();
   anvil = undefined;
   clearTimeout(watchdog);
