@@ -152,6 +152,7 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.on(signal, () => {
     process.stderr.write(`\nbench: ${signal}, stopping every child process\n`);
     killChildren();
+    removeWorkDir();
     void anvil?.stop();
     process.exit(130);
   });
@@ -1288,6 +1289,7 @@ async function main(): Promise<void> {
       );
     }
     if (profileDir !== undefined) console.log(`CPU profiles in ${profileDir} (summarise: node --import tsx bench/profile-summary.ts <file>)`);
+    else removeWorkDir();
     return;
   }
 
@@ -1299,12 +1301,22 @@ async function main(): Promise<void> {
   writeDoc(SCALING_DOC, scaling, SCALING_HEADER);
   console.log(`written to ${DOC} and ${SCALING_DOC}`);
   if (profileDir !== undefined) console.log(`CPU profiles in ${profileDir} (summarise: node --import tsx bench/profile-summary.ts <file>)`);
-  else rmSync(workDir, { recursive: true, force: true });
+  else removeWorkDir();
+}
+
+/**
+ * The work directory holds the gateways' log files, gigabytes after a full run (one JSON line per
+ * request): it is removed whatever the outcome, or runs left behind would fill the disk. Kept
+ * only with `--profile`, for the profiles in it.
+ */
+function removeWorkDir(): void {
+  if (workDir !== undefined && !flags.profile) rmSync(workDir, { recursive: true, force: true });
 }
 
 main().catch((error: unknown) => {
   process.stderr.write(`bench: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
   killChildren();
+  removeWorkDir();
   void anvil?.stop();
   process.exitCode = 1;
   setTimeout(() => process.exit(1), 3_000).unref();
