@@ -1,6 +1,6 @@
 import type { UpstreamPermits } from '../store/types.js';
 import type { Clock } from './clock.js';
-import { NEVER_ABORTED } from './policies/types.js';
+import { listenForAbort } from './abort-signals.js';
 
 /**
  * An upstream's request budget: at most `limit` calls in any one-second window (a sliding window,
@@ -134,13 +134,11 @@ export class UpstreamBudget {
    */
   waitForPermit(latestStart: number, signal: AbortSignal): Promise<'taken' | 'too-late' | 'aborted'> {
     if (signal.aborted) return Promise.resolve('aborted');
-    // The shared never-aborted signal is not listened on: its listeners would only pile up.
-    const listening = signal !== NEVER_ABORTED;
     return new Promise((resolve) => {
       const waiter: Waiter = {
         latestStart,
         done: (result) => {
-          if (listening) signal.removeEventListener('abort', onAbort);
+          stopListening();
           resolve(result);
         },
       };
@@ -149,7 +147,7 @@ export class UpstreamBudget {
         if (index >= 0) this.waiters.splice(index, 1);
         waiter.done('aborted');
       };
-      if (listening) signal.addEventListener('abort', onAbort, { once: true });
+      const stopListening = listenForAbort(signal, onAbort);
       this.waiters.push(waiter);
       if (!this.serving) void this.serveWaiters();
     });

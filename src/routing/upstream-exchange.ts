@@ -1,5 +1,6 @@
 import type { Dispatcher } from 'undici';
 import type { AnswerCollector } from '../jsonrpc/answer-buffers.js';
+import { listenForAbort } from './abort-signals.js';
 
 /** What one exchange with an upstream brought back: the final status and the whole answer. */
 export interface ExchangeResult {
@@ -37,7 +38,7 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
   private controller: Dispatcher.DispatchController | undefined;
   private status = 0;
   private answer: AnswerCollector | undefined;
-  private readonly onAbort = (): void => this.controller?.abort(this.signal.reason);
+  private readonly stopListening: () => void;
 
   constructor(
     private readonly signal: AbortSignal,
@@ -45,7 +46,7 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
     private readonly resolve: (result: ExchangeResult) => void,
     private readonly reject: (error: unknown) => void,
   ) {
-    signal.addEventListener('abort', this.onAbort, { once: true });
+    this.stopListening = listenForAbort(signal, () => this.controller?.abort(signal.reason));
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
@@ -72,12 +73,12 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
-    this.signal.removeEventListener('abort', this.onAbort);
+    this.stopListening();
     this.resolve({ status: this.status, answer: this.answer! });
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
-    this.signal.removeEventListener('abort', this.onAbort);
+    this.stopListening();
     this.answer?.discard();
     this.answer = undefined;
     this.reject(error);

@@ -3,6 +3,9 @@ import type { ResultBytes } from '../../jsonrpc/result-bytes.js';
 import type { RequestTrace } from '../call-trace.js';
 import type { ProviderSpend } from '../upstream-price.js';
 import type { AttemptOutcome, RoutedUpstream } from '../upstream.js';
+import { listenForAbort, noRelease } from '../abort-signals.js';
+
+export { NEVER_ABORTED } from '../abort-signals.js';
 
 /**
  * The failsafe chain (docs/routing.md): small policies around one function, each testable
@@ -86,27 +89,14 @@ export function chain<F>(...policies: Array<(next: F) => F>): (fn: F) => F {
   return (fn) => policies.reduceRight((next, policy) => policy(next), fn);
 }
 
-/**
- * The signal of a call that nothing outside it can cancel (what the forwarding entry points pass
- * down): never aborted, since no one holds its controller. One shared signal rather than a new one
- * per call: an AbortController costs about as much to make as an undici request's handler, and
- * {@link childController} need not listen on this one.
- */
-export const NEVER_ABORTED: AbortSignal = new AbortController().signal;
-
-const noRelease = (): void => undefined;
-
 /** An abort signal that follows `parent` and can also be aborted on its own. */
 export function childController(parent: AbortSignal): { controller: AbortController; release: () => void } {
   const controller = new AbortController();
-  if (parent === NEVER_ABORTED) return { controller, release: noRelease };
   if (parent.aborted) {
     controller.abort(parent.reason);
     return { controller, release: noRelease };
   }
-  const onAbort = () => controller.abort(parent.reason);
-  parent.addEventListener('abort', onAbort, { once: true });
-  return { controller, release: () => parent.removeEventListener('abort', onAbort) };
+  return { controller, release: listenForAbort(parent, () => controller.abort(parent.reason)) };
 }
 
 /**
