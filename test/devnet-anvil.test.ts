@@ -1,3 +1,4 @@
+import { existsSync, readdirSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
@@ -53,6 +54,20 @@ describe('startAnvil', () => {
     } finally {
       if (!stopped) await node.stop();
     }
+  });
+
+  it('keeps the states it moves to disk in its own directory, and removes it when stopped', async () => {
+    const node = await startAnvil();
+    try {
+      expect(readdirSync(node.statesDir)).toEqual([]);
+      // anvil keeps the states of its 500 most recent blocks in memory; older ones go to disk.
+      await rpc(node.url, 'anvil_mine', ['0x258']);
+      const written = readdirSync(node.statesDir, { recursive: true });
+      expect(written.filter((name) => String(name).endsWith('.json')).length).toBeGreaterThan(0);
+    } finally {
+      await node.stop();
+    }
+    expect(existsSync(node.statesDir)).toBe(false);
   });
 
   it('honours a custom chain id', async () => {

@@ -2,8 +2,9 @@
 // `npm start` and the test suite; anvil-seed.ts mines blocks carrying transactions on it.
 
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { request } from 'undici';
 
@@ -29,6 +30,11 @@ export interface AnvilNode {
   chainId: number;
   /** Process id of the anvil process we spawned (the native binary unless falling back). */
   pid: number;
+  /**
+   * Where anvil writes the states it moves out of memory (past its 500 most recent blocks),
+   * a fresh temporary directory per node; removed once the process has exited.
+   */
+  statesDir: string;
   /** SIGTERM, then SIGKILL after a short grace; resolves once the process has exited. */
   stop(): Promise<void>;
 }
@@ -104,17 +110,34 @@ export function resolveAnvilCommand(): AnvilCommand {
 //   listener (the process was going to die), we kill the children and re-raise the signal so
 //   the default action still happens. If the application has its own handler (the gateway
 //   drains on SIGTERM and reloads on SIGHUP), we leave shutdown to it and the 'exit' hook.
-const liveChildren = new Set<ChildProcess>();
+// Each live child maps to its states directory, which goes with it.
+const liveChildren = new Map<ChildProcess, string>();
 const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 let exitHookInstalled = false;
 
 function killAllChildren(): void {
-  for (const c of liveChildren) {
+  for (const c of liveChildren.keys()) {
     try {
       c.kill('SIGKILL');
     } catch {
       // already gone
     }
+  }
+  // This process is about to end, so the children's 'exit' events that would remove their
+  // directories will never be seen: remove them here (retrying while a dying child's last
+  // write lands).
+  for (const statesDir of liveChildren.values()) removeStatesDir(statesDir);
+}
+
+/**
+ * anvil removes neither its states directory nor its files when it exits, whatever the signal,
+ * and a run that mines a few thousand blocks leaves gigabytes in it.
+ */
+function removeStatesDir(statesDir: string): void {
+  try {
+    rmSync(statesDir, { recursive: true, force: true, maxRetries: 3 });
+  } catch {
+    // Best effort: it is under the system's temporary directory.
   }
 }
 
@@ -133,16 +156,17 @@ function removeSignalHandlers(): void {
   for (const sig of FORWARDED_SIGNALS) process.off(sig, onSignal);
 }
 
-function trackChild(child: ChildProcess): void {
+function trackChild(child: ChildProcess, statesDir: string): void {
   if (!exitHookInstalled) {
     exitHookInstalled = true;
     // 'exit' handlers must be synchronous; kill() is.
     process.on('exit', killAllChildren);
   }
   if (liveChildren.size === 0) installSignalHandlers();
-  liveChildren.add(child);
+  liveChildren.set(child, statesDir);
   const forget = (): void => {
     if (!liveChildren.delete(child)) return;
+    removeStatesDir(statesDir);
     // Without children, leave the process's signal behaviour exactly as it was.
     if (liveChildren.size === 0) removeSignalHandlers();
   };
@@ -183,7 +207,11 @@ export async function startAnvil(options: AnvilOptions = {}): Promise<AnvilNode>
   // there is no window in which another process can take a port we picked. That banner
   // is why we do not pass --quiet (it suppresses it); the per-request log lines that
   // follow are drained into a small tail buffer.
-  const args = ['--host', host, '--port', String(requestedPort), '--chain-id', String(chainId)];
+  // Past its 500 most recent blocks anvil writes each block's state to disk, by default under
+  // ~/.foundry/anvil/tmp, and never removes it: every node gets its own directory instead,
+  // removed when the node exits.
+  const statesDir = mkdtempSync(join(tmpdir(), 'tollgate-anvil-'));
+  const args = ['--host', host, '--port', String(requestedPort), '--chain-id', String(chainId), '--cache-path', statesDir];
   if (options.blockTime !== undefined) args.push('--block-time', String(options.blockTime));
   if (options.hardfork !== undefined) args.push('--hardfork', options.hardfork);
 
@@ -192,7 +220,7 @@ export async function startAnvil(options: AnvilOptions = {}): Promise<AnvilNode>
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, TARGET_TOOL: 'anvil' },
   });
-  trackChild(child);
+  trackChild(child, statesDir);
 
   const stdoutTail = new Tail(OUTPUT_TAIL_BYTES);
   const stderrTail = new Tail(OUTPUT_TAIL_BYTES);
@@ -270,7 +298,7 @@ export async function startAnvil(options: AnvilOptions = {}): Promise<AnvilNode>
 
     const url = `http://${urlHost(host)}:${port}`;
     await waitForChainId(url, chainId, deadline, () => exited, describe);
-    return { url, port, chainId, pid: child.pid!, stop };
+    return { url, port, chainId, pid: child.pid!, statesDir, stop };
   } catch (err) {
     await stop();
     throw err;
