@@ -7,7 +7,7 @@
 
 import { parseArgs } from 'node:util';
 import { jsonValidatorEngine } from '../src/jsonrpc/envelope-scanner.js';
-import { boundaryCases, deepCases, realPages, runCases, runRandomCases, type Disagreement } from '../test/helpers/json-differential.js';
+import { boundaryCases, deepCases, memberRunCases, realPages, runCases, runRandomCases, type Disagreement } from '../test/helpers/json-differential.js';
 
 const { values } = parseArgs({ options: { cases: { type: 'string', default: '1000000' }, seed: { type: 'string', default: String(Date.now() % 1_000_000) } } });
 const cases = Number(values.cases);
@@ -20,6 +20,7 @@ let ran = 0;
 for (const [kind, generated] of [
   ['page', realPages()],
   ['boundary', boundaryCases()],
+  ['member run', memberRunCases()],
   ['deep', deepCases(100_000)],
 ] as const) {
   const result = runCases(kind, generated);

@@ -6,7 +6,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { jsonValidatorEngine } from '../src/jsonrpc/envelope-scanner.js';
-import { boundaryCases, deepCases, realPages, runCases, runRandomCases } from './helpers/json-differential.js';
+import { boundaryCases, deepCases, memberRunCases, realPages, runCases, runRandomCases } from './helpers/json-differential.js';
 
 const seed = process.env.FUZZ_SEED === undefined ? 0x27_5eed : Number(process.env.FUZZ_SEED);
 const RANDOM_CASES = 20_000;
@@ -26,6 +26,12 @@ describe('JSON validation against TextDecoder(fatal) + JSON.parse', () => {
     const { ran, disagreements } = runCases('boundary', boundaryCases());
     expect(disagreements).toEqual([]);
     expect(ran).toBeGreaterThan(3000);
+  }, 120_000);
+
+  it("agrees on objects' members, valid and broken at each token, with the tokens straddling a 64-byte block or a 16 KiB window boundary", () => {
+    const { ran, disagreements } = runCases('member run', memberRunCases());
+    expect(disagreements).toEqual([]);
+    expect(ran).toBe(3 * 23 * 29 * 2);
   }, 120_000);
 
   it('agrees on 100,000-deep nesting, valid and broken at the bottom', () => {

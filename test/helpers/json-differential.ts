@@ -189,6 +189,54 @@ export function* boundaryCases(): Generator<Buffer> {
   }
 }
 
+/**
+ * Ends of an object, valid and broken at each of a member's tokens: name, colon, value (string,
+ * scalar, object, array), then comma or closing brace. The WebAssembly validator checks a run of
+ * such members four tokens at a time within its 16 KiB windows of tokens.
+ */
+const MEMBER_RUNS = [
+  '"a":1,"b":"x","c":true,"d":null,"e":-2.5}',
+  '"a":{"b":1,"c":"y"},"d":[1,"z"],"e":2}',
+  '"a":"x"}',
+  '"a":{}}',
+  '"a":[]}',
+  '"a":1,"b":{"c":{"d":2}},"e":3}',
+  '"a" 1}',
+  '"a":1 "b":2}',
+  '"a":1,}',
+  '"a":1,2}',
+  '"a":]',
+  '"a":1]',
+  '"a":,"b":1}',
+  '"a":1,"b"}',
+  '"a":1,"b":}',
+  '"a":1,"b":2',
+  '"a":1:"b":2}',
+  '"a":1,"b":tru}',
+  '"a":01}',
+  '"a":"x","b":"y"]',
+  '"a","x","b":1}',
+  '"a":1,2:3,"b":4}',
+  '"a":1,"b":2,}',
+];
+
+/** Every member run with its tokens shifted across a 64-byte block and the 16 KiB window boundary, below and at the envelope's top level. */
+export function* memberRunCases(): Generator<Buffer> {
+  for (const boundary of BOUNDARIES) {
+    for (const run of MEMBER_RUNS) {
+      for (let shift = -24; shift <= 4; shift += 1) {
+        const start = boundary + shift;
+        // {"id":1,"result":{"pad":"ppp",<run>}: a nested object, its members checked in runs
+        const nested = '{"id":1,"result":{"pad":"';
+        yield Buffer.from(`${nested}${'p'.repeat(Math.max(0, start - nested.length - 2))}",${run}}`);
+        // the same run as the envelope's own members, which are read one token at a time
+        const top = '{"pad":"';
+        yield Buffer.from(`${top}${'p'.repeat(Math.max(0, start - top.length - 2))}",${run}`);
+      }
+    }
+  }
+}
+
 /** Deep nesting, valid and broken at the deepest level (the validators keep their own stack). */
 export function* deepCases(depth: number): Generator<Buffer> {
   yield Buffer.from('['.repeat(depth) + ']'.repeat(depth));
