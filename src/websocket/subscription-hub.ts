@@ -90,6 +90,10 @@ export function createSubscriptionHub(deps: HubDeps): SubscriptionHub {
   // --- upstream sockets ----------------------------------------------------------------------
 
   async function subscribeEntry(feed: Feed, entry: Entry, socket: UpstreamSocket, generation: number): Promise<void> {
+    // Already subscribed on this socket: an entry added after a new socket's attach was queued has
+    // a task of its own queued too, but the attach, which takes every entry there is when it runs,
+    // subscribed it first. (A move clears every entry's id and starts a new generation.)
+    if (generation !== feed.generation || entry.upstreamSubscriptionId !== undefined) return;
     const timeoutMs = deps.network(feed.networkId)?.requestTimeoutMs ?? 10_000;
     const onEvent =
       entry.kind === 'newHeads'
