@@ -129,10 +129,7 @@ function killAllChildren(): void {
   for (const statesDir of liveChildren.values()) removeStatesDir(statesDir);
 }
 
-/**
- * anvil removes neither its states directory nor its files when it exits, whatever the signal,
- * and a run that mines a few thousand blocks leaves gigabytes in it.
- */
+/** anvil removes nothing of its states directory when it exits, whatever the signal. */
 function removeStatesDir(statesDir: string): void {
   try {
     rmSync(statesDir, { recursive: true, force: true, maxRetries: 3 });
@@ -207,6 +204,8 @@ export async function startAnvil(options: AnvilOptions = {}): Promise<AnvilNode>
   // there is no window in which another process can take a port we picked. That banner
   // is why we do not pass --quiet (it suppresses it); the per-request log lines that
   // follow are drained into a small tail buffer.
+  // The command is found first: a missing anvil must not leave a states directory behind.
+  const cmd = resolveAnvilCommand();
   // Past its 500 most recent blocks anvil writes each block's state to disk, by default under
   // ~/.foundry/anvil/tmp, and never removes it: every node gets its own directory instead,
   // removed when the node exits.
@@ -215,7 +214,6 @@ export async function startAnvil(options: AnvilOptions = {}): Promise<AnvilNode>
   if (options.blockTime !== undefined) args.push('--block-time', String(options.blockTime));
   if (options.hardfork !== undefined) args.push('--hardfork', options.hardfork);
 
-  const cmd = resolveAnvilCommand();
   const child = spawn(cmd.command, [...cmd.prefixArgs, ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, TARGET_TOOL: 'anvil' },
