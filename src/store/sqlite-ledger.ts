@@ -61,9 +61,10 @@ export function createSqliteLedger(db: Database.Database, options: { now: () => 
     insertReservation: db.prepare<[string, string, string, string, string, string, string, number, number]>(
       'INSERT INTO reservations (id, owner, team_id, key_id, day, network, method, cost, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
     ),
-    takeReservation: db.prepare<[string], ReservationRow>(
-      'DELETE FROM reservations WHERE id = ? RETURNING team_id, key_id, day, network, method, cost',
-    ),
+    // Read, then deleted by its own statement: `DELETE … RETURNING` would collect its one row in
+    // a temporary b-tree that SQLite opens, zeroes and closes per statement.
+    readReservation: db.prepare<[string], ReservationRow>('SELECT team_id, key_id, day, network, method, cost FROM reservations WHERE id = ?'),
+    deleteReservation: db.prepare<[string]>('DELETE FROM reservations WHERE id = ?'),
     reservationOwners: db.prepare<[], { owner: string }>('SELECT DISTINCT owner FROM reservations'),
     reservationsOfOwner: db.prepare<[string], { id: string }>('SELECT id FROM reservations WHERE owner = ?'),
     reservationsOlderThan: db.prepare<[number], { id: string }>('SELECT id FROM reservations WHERE created_at < ?'),
@@ -77,11 +78,12 @@ export function createSqliteLedger(db: Database.Database, options: { now: () => 
     teamUsed: (teamId, day) => statements.teamUsed.get(teamId, day)?.used ?? 0,
     keyUsed: (keyId, day) => statements.keyUsed.get(keyId, day)?.used ?? 0,
     bucket: (teamId) => statements.bucket.get(teamId),
-    // Only a settle or refund reads a reservation, and either ends it: taking the row out as it
-    // is read saves a statement per call, in the same transaction as the rest of the batch.
+    // Only a settle or refund reads a reservation, and either ends it: the row is taken out as it
+    // is read, in the same transaction as the rest of the batch.
     reservation(id) {
-      const row = statements.takeReservation.get(id);
+      const row = statements.readReservation.get(id);
       if (row === undefined) return undefined;
+      statements.deleteReservation.run(id);
       return { teamId: row.team_id, keyId: row.key_id, day: row.day, network: row.network, method: row.method, cost: row.cost };
     },
   };
