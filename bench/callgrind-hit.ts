@@ -18,7 +18,8 @@
 //   (`--batch 50`: each request a batch of 50 such hits, counted per request;
 //   `--forwarded`: every call sent with `Cache-Control: no-cache`, so the miss path is counted:
 //   reserved, forwarded to anvil, verified, settled; `--verification header|off`: through the network
-//   with that setting instead of `full`, so that a forwarded call is one upstream call)
+//   with that setting instead of `full`, so that a forwarded call is one upstream call;
+//   `--user-agent <text>`: every request sends it, as clients do (the request line logs it scrubbed))
 //   callgrind_annotate <dir>/callgrind.out.<pid>.1-01   # JIT frames as addresses; map them with the perf map
 //
 // Needs valgrind (callgrind_control on the PATH). A build from another checkout: `--tree <dir>`
@@ -51,6 +52,7 @@ const { values: flags } = parseArgs({
     'log-level': { type: 'string', default: 'warn' },
     batch: { type: 'string', default: '0' },
     verification: { type: 'string', default: 'full' },
+    'user-agent': { type: 'string' },
   },
 });
 const tree = resolve(flags.tree);
@@ -119,6 +121,7 @@ try {
   // `--forwarded`: every call asks past the cache (`Cache-Control: no-cache`), so each one is
   // reserved, forwarded to anvil, verified and settled: the miss path, without needing a new block per call.
   const headers: Record<string, string> = flags.forwarded ? { 'content-type': 'application/json', 'cache-control': 'no-cache' } : { 'content-type': 'application/json' };
+  if (flags['user-agent'] !== undefined) headers['user-agent'] = flags['user-agent'];
   const post = async (body: string) => {
     const res = await pool.request({ path: `/${network(flags.verification)}/v3/${secret}`, method: 'POST', headers, body, headersTimeout: 120_000, bodyTimeout: 120_000 });
     return { status: res.statusCode, headers: res.headers, text: await res.body.text() };

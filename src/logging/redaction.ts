@@ -21,6 +21,13 @@ const HAS_ESCAPED_KEY_SHAPED = new RegExp(ESCAPED_KEY_SHAPED.source, 'i');
 const HAS_CREDENTIAL_IN_URL = new RegExp(CREDENTIAL_IN_URL.source);
 /** Known secrets shorter than this are not looked for: too many innocent strings would match. */
 const MIN_SECRET_LENGTH = 8;
+/**
+ * Client texts found clean are remembered, up to this many, each at most
+ * {@link MAX_REMEMBERED_TEXT_LENGTH} characters (at most about 1 MiB in all); when full, the set
+ * starts again empty.
+ */
+const MAX_REMEMBERED_CLEAN_TEXTS = 1_024;
+const MAX_REMEMBERED_TEXT_LENGTH = 512;
 
 export interface SecretScrubber {
   /**
@@ -50,11 +57,19 @@ const isBareKeyShaped = (run: string): boolean => /[a-z]/.test(run) && /[A-Z]/.t
 export function createSecretScrubber(initial: Iterable<string> = []): SecretScrubber {
   /** Longest first, so a secret that contains another is replaced whole. */
   let secrets: string[] = [];
+  /**
+   * Client texts that {@link SecretScrubber.scrubClientText} left unchanged. A user agent repeats
+   * on every request of a client, and scrubbing one of a browser's length costs about 1.5 µs of
+   * CPU (four regular expressions and a search per known secret), a lookup here a tenth of that.
+   * Only texts with nothing to scrub are kept, so no secret is held here; a new secret empties it.
+   */
+  let cleanClientTexts = new Set<string>();
   const scrubber: SecretScrubber = {
     add(more) {
       const merged = new Set(secrets);
       for (const secret of more) if (secret.length >= MIN_SECRET_LENGTH) merged.add(secret);
       secrets = [...merged].sort((a, b) => b.length - a.length);
+      cleanClientTexts = new Set();
     },
     contains(text) {
       if (HAS_KEY_SHAPED.test(text) || HAS_ESCAPED_KEY_SHAPED.test(text) || HAS_CREDENTIAL_IN_URL.test(text)) return true;
@@ -72,8 +87,13 @@ export function createSecretScrubber(initial: Iterable<string> = []): SecretScru
       return false;
     },
     scrubClientText(text, maxLength) {
+      if (cleanClientTexts.has(text)) return bounded(text, maxLength);
       // Scrubbed before it is cut, so no secret is cut in two with a half left standing.
       const scrubbed = scrubber.scrub(text, Number.MAX_SAFE_INTEGER).replace(URL_SAFE_RUN, (run) => (isBareKeyShaped(run) ? REDACTED : run));
+      if (scrubbed === text && text.length <= MAX_REMEMBERED_TEXT_LENGTH) {
+        if (cleanClientTexts.size >= MAX_REMEMBERED_CLEAN_TEXTS) cleanClientTexts = new Set();
+        cleanClientTexts.add(text);
+      }
       return bounded(scrubbed, maxLength);
     },
   };
