@@ -4,6 +4,7 @@ import type { Attempt } from '../routing/forward.js';
 import type { GatewayErrorCode, JsonRpcErrorObject } from '../errors.js';
 import type { ChargeSubject } from '../metering/ledger.js';
 import { bounded } from '../logging/redaction.js';
+import type { RequestLineFields } from '../logging/request-line.js';
 import type { RequestFacts, RequestSpan } from '../tracing/tracing.js';
 
 /**
@@ -127,7 +128,7 @@ export const MAX_LOGGED_REASON = 64;
  * Both transports build it here, as one object of one shape (a field a transport lacks is left
  * undefined and not written): HTTP gives the path and user agent, WebSocket its connection.
  */
-export function requestLogFields(ctx: RequestContext, path: string | undefined, connectionId: string | undefined, userAgent: string | undefined): Record<string, unknown> {
+export function requestLogFields(ctx: RequestContext, path: string | undefined, connectionId: string | undefined, userAgent: string | undefined): RequestLineFields {
   const attempts =
     ctx.attempts.length === 0
       ? undefined
