@@ -1,7 +1,7 @@
 /**
  * The members of the one log line per request, written field by field in a fixed order: exactly
  * the text `JSON.stringify(fields)` gives between its braces (a field left undefined is not
- * written), for about half the CPU.
+ * written), for about a quarter of its instructions (docs/benchmarks.md).
  *
  * Why not `JSON.stringify`: on Node 20 it escapes every member name anew on every line, and the
  * line's values are mostly the same few strings request after request (the path, network, team,
@@ -34,7 +34,10 @@ export interface RequestLineFields {
   durationMs: number;
 }
 
-/** Encoded strings kept at most; when full, the memory starts again empty. */
+/**
+ * Encoded strings kept at most (a few MiB at worst, with every one of them as long as allowed);
+ * when full, the memory starts again empty.
+ */
 const MAX_ENCODED = 4_096;
 /** Longer strings are encoded each time (a user agent is cut to 200 characters before this). */
 const MAX_ENCODED_LENGTH = 512;
