@@ -23,12 +23,12 @@ function capture(): { destination: Writable; lines: string[] } {
 /** A line without its time, which differs between two calls. */
 const timeless = (line: string) => line.replace(/"time":"[^"]+"/, '"time":"T"');
 
+/** Printable ASCII with what JSON must escape among it: a quote, a backslash, DEL and control characters. */
+const nearlyPlain = fc.string({ unit: fc.constantFrom('a', 'Z', '0', '-', ' ', '"', '\\', '\u007f', '\u001f', '\n') });
 /**
  * Strings of any text (lone surrogates, quotes, control characters included), and a few that
  * recur from line to line, as a client's path, network, team and method do.
  */
-/** Printable ASCII with what JSON must escape among it: a quote, a backslash, DEL and control characters. */
-const nearlyPlain = fc.string({ unit: fc.constantFrom('a', 'Z', '0', '-', ' ', '"', '\\', '\u007f', '\u001f', '\n') });
 const text = fc.oneof(fc.string({ unit: 'binary' }), nearlyPlain, fc.constantFrom('/evm/v3/[redacted]', 'evm', 'team-1', 'eth_getBlockByHash', 'hit', 'quote " and \\ back', 'ünïcødé'));
 const optional = <T>(value: fc.Arbitrary<T>) => fc.option(value, { nil: undefined });
 /** Numbers of every kind, NaN and infinities included: the line must write them as JSON.stringify does. */

@@ -11,7 +11,7 @@
  * fields of any text.
  */
 
-/** A request's log line: what happened, in shapes that cannot carry a secret (docs/security.md). */
+/** The fields of a request's log line, in the order the line writes them (built by `requestLogFields`). */
 export interface RequestLineFields {
   requestId: string;
   transport: 'ws' | undefined;
