@@ -9,7 +9,7 @@ import { createResponseCacheFor } from './cache/cache-setup.js';
 import type { ResponseCache } from './cache/response-cache.js';
 import { collectConfigSecrets } from './config/secrets.js';
 import { createDisposerStack } from './lifecycle/disposer-stack.js';
-import { createLogger, logScrubber, type Logger } from './logging/logger.js';
+import { createLogger, logScrubber, setLogLevel, type Logger } from './logging/logger.js';
 import { createMeter } from './metering/meter.js';
 import { startReservationSweep } from './metering/reservation-sweep.js';
 import { usdOf } from './routing/upstream-price.js';
@@ -216,6 +216,8 @@ function buildAdminServer(
     draining: () => ctx.draining.value,
     scrape: createScrape(ctx.metrics, { cache: accounting.cache, inFlight: networkSets.inFlight, networks: networkSets.current }),
     reload: parts.reloader.reload,
+    logLevel: () => ctx.logger.level,
+    setLogLevel: async (level) => setLogLevel(ctx.logger, level),
   });
   const admin = createAdminService(store, {
     now: ctx.now,

@@ -453,3 +453,61 @@ describe('POST /v1/reload', () => {
     expect(backup.calls).toHaveLength(1);
   });
 });
+
+// ---------------------------------------------------------------------------------------------
+// In process: `GET` and `PUT /v1/log-level` on a running gateway.
+
+describe('PUT /v1/log-level', () => {
+  let tg: ReloadableGateway;
+  beforeAll(async () => {
+    tg = await startReloadable([evmNetwork([{ id: 'node', url: (await scripted(blockResult())).url }])]);
+  });
+  afterAll(async () => {
+    await tg.close();
+  });
+
+  const admin = async (init: RequestInit = {}, token = ADMIN_TOKEN): Promise<{ status: number; body: any }> => {
+    const response = await fetch(`${tg.gateway.adminOrigin}/v1/log-level`, { ...init, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' } });
+    return { status: response.status, body: await response.json() };
+  };
+  const setLevel = (level: unknown, token?: string) => admin({ method: 'PUT', body: JSON.stringify({ level }) }, token);
+  const call = async (requestId: string): Promise<void> => {
+    const response = await fetch(tg.url, { method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': requestId }, body: JSON.stringify(getBlock()) });
+    expect(response.status).toBe(200);
+    await response.arrayBuffer();
+  };
+  const requestLineIds = () => tg.logLines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.msg === 'request').map((line) => line.requestId);
+
+  it('turns the request lines off at warn and on again at info, without a restart; the change itself is logged', async () => {
+    expect(await admin()).toEqual({ status: 200, body: { level: 'info' } });
+    await call('before-the-change');
+    await until(() => requestLineIds().includes('before-the-change'), 'the request line at info');
+
+    expect(await setLevel('warn')).toEqual({ status: 200, body: { level: 'warn' } });
+    expect(await admin()).toEqual({ status: 200, body: { level: 'warn' } });
+    for (let index = 0; index < 5; index += 1) await call(`at-warn-${index}`);
+
+    expect(await setLevel('info')).toEqual({ status: 200, body: { level: 'info' } });
+    await call('after-the-change');
+    await until(() => requestLineIds().includes('after-the-change'), 'the request line at info again');
+    // The calls at warn were answered before the level went back to info: none left a line.
+    expect(requestLineIds()).toEqual(['before-the-change', 'after-the-change']);
+    const changes = tg.logLines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.msg === 'log level changed');
+    expect(changes.map(({ level, from, to }) => ({ level, from, to }))).toEqual([
+      { level: 'warn', from: 'info', to: 'warn' },
+      { level: 'warn', from: 'warn', to: 'info' },
+    ]);
+  });
+
+  it('refuses an unknown level, an unknown field and a missing token, and keeps the level it had', async () => {
+    const unknown = await setLevel('loud');
+    expect(unknown.status).toBe(400);
+    expect(unknown.body.error.code).toBe('bad_request');
+    expect(unknown.body.error.message).toMatch(/^level: /);
+    const extra = await admin({ method: 'PUT', body: JSON.stringify({ level: 'debug', forWorkers: true }) });
+    expect(extra.status).toBe(400);
+    expect(extra.body.error.message).toContain('forWorkers');
+    expect((await setLevel('debug', 'wrong-token-0123456789')).status).toBe(401);
+    expect(await admin()).toEqual({ status: 200, body: { level: 'info' } });
+  });
+});

@@ -306,6 +306,64 @@ describe('signals reach every worker', () => {
 });
 
 describe('the admin API and the portal of a 2-worker group', () => {
+  it('PUT /v1/log-level changes every worker; a worker restarted after it starts at the new level', async () => {
+    const setup = await groupSetup([evmNetwork('eth', anvil.node.url)]);
+    const group = await startGroup(setup);
+    /** Eight calls over eight new connections (spread over the workers), every one answered 200. */
+    const callAll = async (): Promise<void> => {
+      const client = new Agent({ connections: 8 });
+      try {
+        const statuses = await Promise.all(
+          Array.from({ length: 8 }, async (_, index) => {
+            const response = await request(`${group.rpcOrigin}/eth/v3/${setup.secret}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: rpcCall('eth_chainId', [], index), dispatcher: client });
+            await response.body.text();
+            return response.statusCode;
+          }),
+        );
+        expect(statuses).toStrictEqual(Array(8).fill(200));
+      } finally {
+        await client.destroy();
+      }
+    };
+    const setLevel = (level: string) => group.admin('/v1/log-level', { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ level }) });
+    const changesTo = (worker: number, level: string) => group.lines.filter((line) => line.worker === worker && line.msg === 'log level changed' && line.to === level).length;
+
+    await until(async () => {
+      await callAll();
+      return group.requestsByWorker().size === 2;
+    }, 'request lines from both workers at info');
+    const toWarn = await setLevel('warn');
+    expect(toWarn.status).toBe(200);
+    expect(await toWarn.json()).toStrictEqual({ level: 'warn' });
+    // Each worker logs the change before it acknowledges it; its lines reach the pipe later.
+    await until(() => changesTo(1, 'warn') === 1 && changesTo(2, 'warn') === 1, 'both workers at warn');
+    const linesAtWarn = group.requestsByWorker();
+
+    // Worker 1 dies; its successor is given the group's level, not the one the group started with.
+    process.kill(group.pids[0]!, 'SIGKILL');
+    await group.waitForLine((line) => line.msg === 'worker ended unasked; restarting it' && line.slot === 1, 'worker 1 ended');
+    // The primary's "restarted and listening" is an info line, not written at warn: readiness tells instead.
+    await until(async () => {
+      const readiness = (await (await fetch(`${group.adminOrigin}/readyz`)).json()) as { workers: Record<string, boolean> };
+      return readiness.workers['1'] === true && readiness.workers['2'] === true;
+    }, 'worker 1 back and ready');
+    for (let round = 0; round < 3; round += 1) await callAll();
+
+    expect((await setLevel('info')).status).toBe(200);
+    // Worker 1's successor logs a change from warn: it was at warn (at info it would log no change).
+    await until(() => changesTo(1, 'info') === 1 && changesTo(2, 'info') === 1, 'both workers back at info');
+    expect(group.lines.filter((line) => line.worker === 1 && line.msg === 'log level changed' && line.to === 'info').map((line) => line.from)).toStrictEqual(['warn']);
+    // Each worker's change line follows whatever it wrote at warn: no request line at all.
+    expect(group.requestsByWorker()).toStrictEqual(linesAtWarn);
+    await until(async () => {
+      await callAll();
+      const now = group.requestsByWorker();
+      return now.get(1)! > linesAtWarn.get(1)! && now.get(2)! > linesAtWarn.get(2)!;
+    }, 'request lines from both workers at info again');
+    expect(await (await group.admin('/v1/log-level')).json()).toStrictEqual({ level: 'info' });
+    expect((await group.stop('SIGTERM')).code).toBe(0);
+  }, 90_000);
+
   it('a key revoked through the primary stops working on every worker at once (not after auth.keyCacheTtlMs); the portal is served', async () => {
     const setup = await groupSetup([evmNetwork('eth', anvil.node.url)]);
     // Long enough that only the primary's message can explain a refusal within the test.

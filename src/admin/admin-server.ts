@@ -12,7 +12,7 @@ import type { Logger } from '../logging/logger.js';
  */
 
 export interface AdminRoute {
-  method: 'GET' | 'POST' | 'PATCH';
+  method: 'GET' | 'POST' | 'PUT' | 'PATCH';
   /** Path pattern; `:name` segments become params. */
   path: string;
   /** Routes that health probes call without a token. */

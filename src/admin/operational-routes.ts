@@ -1,11 +1,15 @@
+import { z } from 'zod';
+import { LOG_LEVELS, type LogLevel } from '../logging/logger.js';
 import type { Store } from '../store/index.js';
 import type { NetworkSet } from '../server/network-runtime.js';
-import type { AdminRoute } from './admin-server.js';
+import { parse, type AdminRoute } from './admin-server.js';
 
 /**
- * The admin listener's operational routes: liveness, readiness, the Prometheus exposition and
- * the reload trigger. Documented in docs/admin-api.md.
+ * The admin listener's operational routes: liveness, readiness, the Prometheus exposition, the
+ * reload trigger and the log level. Documented in docs/admin-api.md.
  */
+
+const logLevelBody = z.strictObject({ level: z.enum(LOG_LEVELS) });
 
 export interface Readiness {
   ready: boolean;
@@ -19,6 +23,10 @@ export interface OperationalDeps {
   /** The exposition text and its content type, with scrape-time gauges refreshed. */
   scrape(): Promise<{ text: string; contentType: string }>;
   reload(): Promise<void>;
+  /** The running log level (of the primary, with `serve --workers N`). */
+  logLevel(): string;
+  /** Sets the log level of the process, and of every worker with `serve --workers N`. */
+  setLogLevel(level: LogLevel): Promise<void>;
   /**
    * Answers `/readyz` instead of {@link readiness} (the primary of `serve --workers N` asks its
    * workers), and names the networks a reload left running.
@@ -74,6 +82,16 @@ export function operationalRoutes(deps: OperationalDeps): AdminRoute[] {
         }
         const networks = deps.group?.networkIds() ?? [...deps.networks().byId.keys()];
         return { body: { reloaded: true, networks } };
+      },
+    },
+    { method: 'GET', path: '/v1/log-level', handle: () => ({ body: { level: deps.logLevel() } }) },
+    {
+      method: 'PUT',
+      path: '/v1/log-level',
+      handle: async ({ body }) => {
+        const { level } = parse(logLevelBody, body);
+        await deps.setLogLevel(level);
+        return { body: { level } };
       },
     },
   ];

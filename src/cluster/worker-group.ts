@@ -6,7 +6,7 @@ import { createAdminHandler, adminApiRoutes } from '../admin/admin-server.js';
 import { createAdminService } from '../admin/admin-service.js';
 import { operationalRoutes, type Readiness } from '../admin/operational-routes.js';
 import { collectConfigSecrets } from '../config/secrets.js';
-import { createLogger, logScrubber, type Logger } from '../logging/logger.js';
+import { createLogger, logScrubber, setLogLevel, type Logger, type LogLevel } from '../logging/logger.js';
 import { createMetrics, createWorkerGroupMetrics } from '../metrics/metrics.js';
 import { createSelfService } from '../portal/self-service.js';
 import { openStore } from '../store/index.js';
@@ -171,6 +171,21 @@ export async function startWorkerGroup(config: GatewayConfig, options: WorkerGro
     logger.info({ networks: current.networks.map((network) => network.id), workers: answers.length }, 'config reloaded in every worker: networks, upstreams and costs');
   }
 
+  /**
+   * The primary's level, then every listening worker's; a worker (re)started later is given it at
+   * start. A worker that does not answer is restarted, as after a reload it could not apply.
+   */
+  async function changeLogLevel(level: LogLevel): Promise<void> {
+    setLogLevel(logger, level);
+    supervisor.setLogLevel(level);
+    const answers = await askEveryWorker((slot) => supervisor.ask(slot, { op: 'log-level', level }, WORKER_ANSWER_TIMEOUT_MS));
+    for (const { slot, result } of answers) {
+      if (result.status === 'fulfilled') continue;
+      logger.error({ slot, err: result.reason }, 'a worker did not take the new log level; restarting it');
+      supervisor.kill(slot);
+    }
+  }
+
   const selfService = createSelfService(config, store, {
     now,
     logger,
@@ -189,6 +204,8 @@ export async function startWorkerGroup(config: GatewayConfig, options: WorkerGro
     draining: () => draining,
     scrape,
     reload,
+    logLevel: () => logger.level,
+    setLogLevel: changeLogLevel,
     group: { readiness, networkIds: () => current.networks.map((network) => network.id) },
   });
   const adminServer: Server = createServer(

@@ -1,6 +1,6 @@
 import pino from 'pino';
 import { startGateway, type RunningGateway } from '../gateway.js';
-import { createLogger } from '../logging/logger.js';
+import { createLogger, setLogLevel } from '../logging/logger.js';
 import { collectConfigSecrets } from '../config/secrets.js';
 import type { GatewayConfig } from '../config/schema.js';
 import { isProtocolMessage, type FromWorker, type ToWorker, type WorkerAnswers, type WorkerQuestion } from './worker-messages.js';
@@ -30,6 +30,9 @@ async function answer(gateway: RunningGateway, question: WorkerQuestion): Promis
       nextConfig = question.config;
       await gateway.reload();
       return { networks: question.config.networks.map((network) => network.id) };
+    case 'log-level':
+      setLogLevel(gateway.logger, question.level);
+      return { level: question.level };
   }
 }
 
@@ -43,6 +46,7 @@ function serveGroupWorker(): void {
       case 'start': {
         const { config } = message;
         const logger = createLogger({
+          level: message.logLevel,
           secrets: collectConfigSecrets(config),
           base: { worker: Number(process.env.TOLLGATE_WORKER_SLOT) },
           destination: pino.destination({ fd: process.env.TOLLGATE_WORKER_LOG_FD === '2' ? 2 : 1, sync: false }),

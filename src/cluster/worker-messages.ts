@@ -1,6 +1,7 @@
 import type { MetricObjectWithValues, MetricValue } from 'prom-client';
 import type { GatewayConfig } from '../config/schema.js';
 import type { Readiness } from '../admin/operational-routes.js';
+import type { LogLevel } from '../logging/logger.js';
 
 /**
  * What the primary of `serve --workers N` and its workers say to each other over the cluster's
@@ -16,16 +17,20 @@ export type WorkerQuestion =
   | { op: 'metrics' }
   | { op: 'readiness' }
   /** Apply this config (already validated by the primary). */
-  | { op: 'reload'; config: GatewayConfig };
+  | { op: 'reload'; config: GatewayConfig }
+  /** Log at this level from now on (`PUT /v1/log-level`). */
+  | { op: 'log-level'; level: LogLevel };
 
 export interface WorkerAnswers {
   metrics: MetricsJson;
   readiness: Readiness;
   reload: { networks: string[] };
+  'log-level': { level: LogLevel };
 }
 
 export type ToWorker =
-  | { type: 'start'; config: GatewayConfig }
+  /** The group's config, and its log level as the admin API last set it. */
+  | { type: 'start'; config: GatewayConfig; logLevel: string }
   | { type: 'ask'; id: number; question: WorkerQuestion }
   /** Keys or teams changed through the admin API or the portal: drop cached keys. */
   | { type: 'forget-keys' }

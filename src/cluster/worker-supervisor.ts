@@ -22,6 +22,8 @@ export interface WorkerSupervisor {
   broadcast(message: ToWorker): void;
   /** The config a worker (re)started from now on is given. */
   setConfig(config: GatewayConfig): void;
+  /** The log level a worker (re)started from now on is given. */
+  setLogLevel(level: string): void;
   /** Tells every worker to drain and waits for all to exit; stragglers get SIGKILL after `graceMs`. */
   drain(graceMs: number): Promise<void>;
   /** Ends a worker at once (SIGKILL); it is restarted like any worker that died. */
@@ -62,6 +64,7 @@ interface Slot {
 export function createWorkerSupervisor(options: WorkerSupervisorOptions): WorkerSupervisor {
   const { logger } = options;
   let config = options.config;
+  let logLevel = options.logger.level;
   let stopping = false;
   let started = false;
   let nextQuestionId = 1;
@@ -94,7 +97,7 @@ export function createWorkerSupervisor(options: WorkerSupervisorOptions): Worker
       if (!isProtocolMessage<FromWorker>(message)) return;
       switch (message.type) {
         case 'hello':
-          worker.send({ type: 'start', config } satisfies ToWorker);
+          worker.send({ type: 'start', config, logLevel } satisfies ToWorker);
           return;
         case 'listening': {
           entry.listening = true;
@@ -205,6 +208,9 @@ export function createWorkerSupervisor(options: WorkerSupervisorOptions): Worker
     },
     setConfig(next) {
       config = next;
+    },
+    setLogLevel(level) {
+      logLevel = level;
     },
     drain,
     kill(slot) {

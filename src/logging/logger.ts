@@ -40,6 +40,21 @@ function scrubErrorValue(value: unknown, scrubber: SecretScrubber, depth: number
   return out;
 }
 
+/** The levels a logger can be set to, most verbose first; `silent` writes nothing. */
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+/**
+ * Sets a running logger's level (the admin API's `PUT /v1/log-level`). The change is itself
+ * logged at warn, so it is seen at the default level and after a change to warn; a level above
+ * warn hides it, as it hides every other warning.
+ */
+export function setLogLevel(logger: Logger, level: LogLevel): void {
+  const previous = logger.level;
+  logger.level = level;
+  if (previous !== level) logger.warn({ from: previous, to: level }, 'log level changed');
+}
+
 export interface LoggerOptions {
   level?: string;
   /** Where lines go; a test passes a stream to capture them. Defaults to stdout, written in batches (line-writer.ts). */
