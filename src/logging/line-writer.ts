@@ -26,10 +26,10 @@ export interface LineWriter {
 /** Lines wait at most this long, or until the chunk below is about full. */
 const BATCH_MS = 20;
 /**
- * The bytes of the lines waiting, in one buffer reused from batch to batch. Each line is copied
- * into it as UTF-8 when it is logged, so no line string outlives its request: V8 never copies one
- * in a young-generation collection, and no joined text of a whole batch (about 250 KiB at 30,000
- * lines a second) is made at all.
+ * The bytes of the lines waiting, in one buffer reused from batch to batch (a busy gateway fills
+ * it every few milliseconds, and it is written then). Each line is copied into it as UTF-8 when it
+ * is logged, so no line string outlives its request, and neither a joined text of the batch nor
+ * its UTF-8 copy is made.
  */
 const CHUNK_BYTES = 64 * 1024;
 const RETRY_AFTER_MS = 10;
