@@ -499,7 +499,7 @@ describe('PUT /v1/log-level', () => {
     ]);
   });
 
-  it('refuses an unknown level, an unknown field and a missing token, and keeps the level it had', async () => {
+  it('refuses an unknown level, an unknown field and a wrong token, and keeps the level it had', async () => {
     const unknown = await setLevel('loud');
     expect(unknown.status).toBe(400);
     expect(unknown.body.error.code).toBe('bad_request');
