@@ -123,6 +123,18 @@ export async function startWorkerGroup(config: GatewayConfig, options: WorkerGro
     return slots.map((slot, index) => ({ slot, result: results[index]! }));
   }
 
+  /**
+   * A worker that could not take what the others now run (a reloaded config, a log level) is
+   * replaced by one that starts from it.
+   */
+  function restartWorkersThatFailed(answers: ReadonlyArray<{ slot: number; result: PromiseSettledResult<unknown> }>, message: string): void {
+    for (const { slot, result } of answers) {
+      if (result.status === 'fulfilled') continue;
+      logger.error({ slot, err: result.reason }, message);
+      supervisor.kill(slot);
+    }
+  }
+
   async function scrape(): Promise<{ text: string; contentType: string }> {
     const answers = await askEveryWorker((slot) => supervisor.ask(slot, { op: 'metrics' }, WORKER_ANSWER_TIMEOUT_MS));
     const reports = answers.map(({ slot, result }) => ({ slot, report: result.status === 'fulfilled' ? (result.value as MetricsJson) : undefined }));
@@ -161,29 +173,17 @@ export async function startWorkerGroup(config: GatewayConfig, options: WorkerGro
     supervisor.setConfig(current);
     logScrubber(logger).add(collectConfigSecrets(next));
     const answers = await askEveryWorker((slot) => supervisor.ask(slot, { op: 'reload', config: current }, WORKER_RELOAD_TIMEOUT_MS));
-    for (const { slot, result } of answers) {
-      if (result.status === 'fulfilled') continue;
-      // A worker that could not take the config the others run is replaced by one that starts from it.
-      logger.error({ slot, err: result.reason }, 'a worker did not apply the reloaded config; restarting it');
-      supervisor.kill(slot);
-    }
+    restartWorkersThatFailed(answers, 'a worker did not apply the reloaded config; restarting it');
     metrics.configReloads.inc({ result: 'ok' });
     logger.info({ networks: current.networks.map((network) => network.id), workers: answers.length }, 'config reloaded in every worker: networks, upstreams and costs');
   }
 
-  /**
-   * The primary's level, then every listening worker's; a worker (re)started later is given it at
-   * start. A worker that does not answer is restarted, as after a reload it could not apply.
-   */
+  /** The primary's level, then every listening worker's; a worker (re)started later is given it at start. */
   async function changeLogLevel(level: LogLevel): Promise<void> {
     setLogLevel(logger, level);
     supervisor.setLogLevel(level);
     const answers = await askEveryWorker((slot) => supervisor.ask(slot, { op: 'log-level', level }, WORKER_ANSWER_TIMEOUT_MS));
-    for (const { slot, result } of answers) {
-      if (result.status === 'fulfilled') continue;
-      logger.error({ slot, err: result.reason }, 'a worker did not take the new log level; restarting it');
-      supervisor.kill(slot);
-    }
+    restartWorkersThatFailed(answers, 'a worker did not take the new log level; restarting it');
   }
 
   const selfService = createSelfService(config, store, {

@@ -124,9 +124,9 @@ const { chindingsSym, lsCacheSym, streamSym, timeSym } = pino.symbols;
  * pino's generic per-field work (serializer, stringifier and redaction lookups by key, a string
  * per field) took about 8 µs of CPU per request, the largest single cost of a cache hit at the
  * default level; `JSON.stringify` of the fields, which replaced it, was then still about half of
- * the line's instructions (docs/benchmarks.md). The request line's fields are built secret-free by the request handler
- * and hold none of the redacted names, so nothing pino would do to them is skipped. A logger not
- * made by {@link createLogger} (a test's own pino) gets the plain call.
+ * the line's instructions (docs/benchmarks.md). The request line's fields are built secret-free
+ * by the request handler and hold none of the redacted names, so nothing pino would do to them is
+ * skipped. A logger not made by {@link createLogger} (a test's own pino) gets the plain call.
  */
 export function logRequest(logger: Logger, fields: RequestLineFields): void {
   if (!ownLoggers.has(logger)) {
