@@ -22,6 +22,7 @@ import { rpc, startTestGateway, TEST_ADMIN_TOKEN, type TestGateway } from './hel
 import { ManualClock } from './helpers/manual-clock.js';
 import { useScriptedUpstreams, type BehaviourFn, type ReceivedCall, type RpcItem } from './helpers/scripted-upstream.js';
 import { until } from './helpers/until.js';
+import { CallController } from '../src/routing/abort-signals.js';
 
 /** Blocks with one transfer each from the first dev account: its nonce at block n is n. */
 const TRANSFER_BLOCKS = 10;
@@ -437,7 +438,7 @@ describe('pruned state policy, alone', () => {
   const run = async (outcome: AttemptOutcome, method = 'eth_getBalance', params: unknown[] = ['0xaddr', '0x64']) => {
     const archive = createArchiveDepth({ declared: new Map(), clock, bestHead: () => 1_000 });
     const execution = executionFor(method, params);
-    const ended = await prunedStatePolicy(archive)(async () => outcome)(upstream, execution, new AbortController().signal);
+    const ended = await prunedStatePolicy(archive)(async () => outcome)(upstream, execution, new CallController().signal);
     return { ended, archive, execution };
   };
   const missingTrieNode = { code: -32000, message: 'missing trie node abcd (path )' };

@@ -2,7 +2,6 @@
 // timeout, circuit breaker, failover, hedge, null confirmation, result check; then selection,
 // upstream health and the health prober. Nothing here sleeps or opens a socket.
 
-import { getEventListeners } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { startHealthProber, headOf } from '../src/routing/health-prober.js';
 import { circuitBreakerPolicy } from '../src/routing/policies/circuit-breaker.js';
@@ -13,7 +12,8 @@ import { resultCheckPolicy } from '../src/routing/policies/result-check.js';
 import { timeoutPolicy } from '../src/routing/policies/timeout.js';
 import { tracedPolicy } from '../src/routing/policies/traced.js';
 import type { AttemptFacts, RequestTrace } from '../src/routing/call-trace.js';
-import { attemptEachCandidate, NEVER_ABORTED, type AttemptFn, type Execution, type ResultCheck } from '../src/routing/policies/types.js';
+import { attemptEachCandidate, childController, NEVER_ABORTED, type AttemptFn, type CallSignal, type Execution, type ResultCheck } from '../src/routing/policies/types.js';
+import { CallController } from '../src/routing/abort-signals.js';
 import { createSelector, type SelectionSettings } from '../src/routing/selection.js';
 import { HEALTH_HALF_LIFE_MS, UpstreamHealth } from '../src/routing/upstream-health.js';
 import type { AttemptOutcome, RoutedUpstream } from '../src/routing/upstream.js';
@@ -51,8 +51,8 @@ function executionOf(
 }
 
 /** An attempt whose answer per upstream the test decides, recording calls and their signals. */
-function scriptedAttempts(script: Record<string, (signal: AbortSignal) => Promise<AttemptOutcome>>) {
-  const calls: Array<{ upstream: string; signal: AbortSignal }> = [];
+function scriptedAttempts(script: Record<string, (signal: CallSignal) => Promise<AttemptOutcome>>) {
+  const calls: Array<{ upstream: string; signal: CallSignal }> = [];
   const attempt: AttemptFn = (upstream, _execution, signal) => {
     calls.push({ upstream: upstream.id, signal });
     const behaviour = script[upstream.id];
@@ -63,8 +63,8 @@ function scriptedAttempts(script: Record<string, (signal: AbortSignal) => Promis
 }
 
 /** Never answers until aborted; then ends as a cancelled attempt, as Upstream.send does. */
-function untilAborted(signal: AbortSignal): Promise<AttemptOutcome> {
-  return new Promise((resolve) => signal.addEventListener('abort', () => resolve(failure('cancelled')), { once: true }));
+function untilAborted(signal: CallSignal): Promise<AttemptOutcome> {
+  return new Promise((resolve) => signal.listen(() => resolve(failure('cancelled'))));
 }
 
 function deferred<T>() {
@@ -78,7 +78,7 @@ describe('timeout policy', () => {
     const clock = new ManualClock();
     const upstream = upstreamOn(clock, 'a', { timeoutMs: 300 });
     const { attempt, calls } = scriptedAttempts({ a: untilAborted });
-    const outcome = timeoutPolicy(clock)(attempt)(upstream, executionOf([upstream], { clock }), new AbortController().signal);
+    const outcome = timeoutPolicy(clock)(attempt)(upstream, executionOf([upstream], { clock }), new CallController().signal);
     let done = false;
     void outcome.then(() => (done = true));
     await clock.advance(299);
@@ -92,7 +92,7 @@ describe('timeout policy', () => {
     const clock = new ManualClock();
     const upstream = upstreamOn(clock, 'a', { timeoutMs: 5_000 });
     const { attempt } = scriptedAttempts({ a: untilAborted });
-    const outcome = timeoutPolicy(clock)(attempt)(upstream, executionOf([upstream], { clock, deadline: clock.now() + 120 }), new AbortController().signal);
+    const outcome = timeoutPolicy(clock)(attempt)(upstream, executionOf([upstream], { clock, deadline: clock.now() + 120 }), new CallController().signal);
     await clock.advance(120);
     expect(await outcome).toMatchObject({ reason: 'timeout', timedOut: true });
   });
@@ -101,7 +101,7 @@ describe('timeout policy', () => {
     const clock = new ManualClock();
     const upstream = upstreamOn(clock, 'a');
     const { attempt, calls } = scriptedAttempts({ a: untilAborted });
-    const outcome = await timeoutPolicy(clock)(attempt)(upstream, executionOf([upstream], { clock, deadline: clock.now() }), new AbortController().signal);
+    const outcome = await timeoutPolicy(clock)(attempt)(upstream, executionOf([upstream], { clock, deadline: clock.now() }), new CallController().signal);
     expect(outcome).toMatchObject({ reason: 'timeout' });
     expect(calls).toHaveLength(0);
   });
@@ -110,24 +110,77 @@ describe('timeout policy', () => {
     const clock = new ManualClock();
     const upstream = upstreamOn(clock, 'a');
     const { attempt } = scriptedAttempts({ a: async () => result('"0x1"') });
-    const outcome = await timeoutPolicy(clock)(attempt)(upstream, executionOf([upstream], { clock }), new AbortController().signal);
+    const outcome = await timeoutPolicy(clock)(attempt)(upstream, executionOf([upstream], { clock }), new CallController().signal);
     expect(outcome).toMatchObject({ kind: 'result' });
     expect(clock.pending).toBe(0);
   });
 
-  it("under the shared never-aborted signal: still aborts its own attempt at the bound, and nothing listens on the shared signal", async () => {
+  it('aborts its own attempt at the bound under the shared never-aborted signal too, and leaves nothing listening on its parent', async () => {
     const clock = new ManualClock();
     const upstream = upstreamOn(clock, 'a', { timeoutMs: 300 });
     const { attempt, calls } = scriptedAttempts({ a: untilAborted, b: async () => result('"0x1"') });
-    const slow = timeoutPolicy(clock)(attempt)(upstream, executionOf([upstream], { clock }), NEVER_ABORTED);
-    const fast = timeoutPolicy(clock)(attempt)(upstreamOn(clock, 'b'), executionOf([upstream], { clock }), NEVER_ABORTED);
-    expect(getEventListeners(NEVER_ABORTED, 'abort')).toHaveLength(0);
+    const parent = new CallController();
+    const slowUnderRoot = timeoutPolicy(clock)(attempt)(upstream, executionOf([upstream], { clock }), NEVER_ABORTED);
+    const slow = timeoutPolicy(clock)(attempt)(upstream, executionOf([upstream], { clock }), parent.signal);
+    const fast = timeoutPolicy(clock)(attempt)(upstreamOn(clock, 'b'), executionOf([upstream], { clock }), parent.signal);
+    expect(parent.listening).toBe(2);
     expect(await fast).toMatchObject({ kind: 'result' });
+    expect(parent.listening).toBe(1);
     await clock.advance(300);
+    expect(await slowUnderRoot).toMatchObject({ kind: 'failure', reason: 'timeout', timedOut: true });
     expect(await slow).toMatchObject({ kind: 'failure', reason: 'timeout', timedOut: true });
-    expect(calls[0]!.signal.aborted).toBe(true);
+    expect(calls.map((call) => [call.upstream, call.signal.aborted])).toEqual([['a', true], ['a', true], ['b', false]]);
+    expect(parent.aborted).toBe(false);
+    expect(parent.listening).toBe(0);
     expect(NEVER_ABORTED.aborted).toBe(false);
-    expect(getEventListeners(NEVER_ABORTED, 'abort')).toHaveLength(0);
+  });
+
+  it("aborts a running attempt when the caller's signal aborts, with the caller's reason", async () => {
+    const clock = new ManualClock();
+    const upstream = upstreamOn(clock, 'a');
+    const { attempt, calls } = scriptedAttempts({ a: untilAborted });
+    const parent = new CallController();
+    const outcome = timeoutPolicy(clock)(attempt)(upstream, executionOf([upstream], { clock }), parent.signal);
+    const reason = new Error('another attempt answered');
+    parent.abort(reason);
+    expect(await outcome).toMatchObject({ kind: 'failure', reason: 'cancelled' });
+    expect(calls[0]!.signal.reason).toBe(reason);
+    expect(clock.pending).toBe(0);
+  });
+});
+
+describe('call signals', () => {
+  it('run each listener once, in order, on the first abort only; a released listener and one added after the abort never run', () => {
+    const controller = new CallController();
+    const heard: string[] = [];
+    controller.listen(() => heard.push('first'));
+    const release = controller.listen(() => heard.push('released'));
+    controller.listen(() => heard.push(`second ${String(controller.reason)}`));
+    release();
+    expect(controller.listening).toBe(2);
+    controller.abort(new Error('one'));
+    controller.abort(new Error('two'));
+    controller.listen(() => heard.push('late'));
+    expect(heard).toEqual(['first', 'second Error: one']);
+    expect(controller.listening).toBe(0);
+    expect(controller.reason).toEqual(new Error('one'));
+  });
+
+  it("abort without a reason gives an AbortError; a child follows its parent's reason, or is born aborted under an aborted parent", () => {
+    const bare = new CallController();
+    bare.abort();
+    expect(bare.reason).toMatchObject({ name: 'AbortError' });
+    const parent = new CallController();
+    const { controller: child, release } = childController(parent.signal);
+    expect(parent.listening).toBe(1);
+    const reason = new Error('deadline');
+    parent.abort(reason);
+    expect(child.aborted).toBe(true);
+    expect(child.reason).toBe(reason);
+    release();
+    const late = childController(parent.signal);
+    expect(late.controller.reason).toBe(reason);
+    expect(NEVER_ABORTED.listen(() => undefined)).toBeTypeOf('function');
   });
 });
 
@@ -138,7 +191,7 @@ describe('circuit breaker policy', () => {
     let answer: AttemptOutcome = failure('http_500');
     const { attempt, calls } = scriptedAttempts({ a: async () => answer });
     const guarded = circuitBreakerPolicy()(attempt);
-    const run = () => guarded(upstream, executionOf([upstream], { clock }), new AbortController().signal);
+    const run = () => guarded(upstream, executionOf([upstream], { clock }), new CallController().signal);
 
     for (let n = 0; n < BREAKER.failureThreshold; n += 1) expect(await run()).toMatchObject({ reason: 'http_500' });
     expect(upstream.health.circuit()).toBe('open');
@@ -168,9 +221,9 @@ describe('circuit breaker policy', () => {
     const trial = deferred<AttemptOutcome>();
     const { attempt, calls } = scriptedAttempts({ a: () => trial.promise });
     const guarded = circuitBreakerPolicy()(attempt);
-    const first = guarded(upstream, executionOf([upstream], { clock }), new AbortController().signal);
+    const first = guarded(upstream, executionOf([upstream], { clock }), new CallController().signal);
     expect(upstream.health.circuit()).toBe('half-open');
-    expect(await guarded(upstream, executionOf([upstream], { clock }), new AbortController().signal)).toMatchObject({ reason: 'skipped' });
+    expect(await guarded(upstream, executionOf([upstream], { clock }), new CallController().signal)).toMatchObject({ reason: 'skipped' });
     trial.resolve(result('null'));
     await first;
     expect(calls).toHaveLength(1);
@@ -182,13 +235,13 @@ describe('circuit breaker policy', () => {
     const upstream = upstreamOn(clock, 'a');
     const { attempt } = scriptedAttempts({ a: async () => failure('cancelled') });
     const guarded = circuitBreakerPolicy()(attempt);
-    for (let n = 0; n < 10; n += 1) await guarded(upstream, executionOf([upstream], { clock }), new AbortController().signal);
+    for (let n = 0; n < 10; n += 1) await guarded(upstream, executionOf([upstream], { clock }), new CallController().signal);
     expect(upstream.health.circuit()).toBe('closed');
     expect(upstream.health.currentErrorRate()).toBe(0);
 
     for (let n = 0; n < BREAKER.failureThreshold; n += 1) upstream.health.recordFailure();
     await clock.advance(BREAKER.cooldownMs);
-    await guarded(upstream, executionOf([upstream], { clock }), new AbortController().signal);
+    await guarded(upstream, executionOf([upstream], { clock }), new CallController().signal);
     expect(upstream.health.trialReady()).toBe(true);
   });
 
@@ -197,7 +250,7 @@ describe('circuit breaker policy', () => {
     const upstream = upstreamOn(clock, 'a');
     const { attempt } = scriptedAttempts({ a: async () => failure('unverified_block') });
     const guarded = circuitBreakerPolicy({ wrongAnswerReasons: new Set(['unverified_block']) })(attempt);
-    for (let n = 0; n < 2 * BREAKER.failureThreshold; n += 1) await guarded(upstream, executionOf([upstream], { clock }), new AbortController().signal);
+    for (let n = 0; n < 2 * BREAKER.failureThreshold; n += 1) await guarded(upstream, executionOf([upstream], { clock }), new CallController().signal);
     expect(upstream.health.circuit()).toBe('closed');
     expect(upstream.health.currentErrorRate()).toBeGreaterThan(0.5);
   });
@@ -207,7 +260,7 @@ describe('circuit breaker policy', () => {
     const upstream = upstreamOn(clock, 'a');
     for (let n = 0; n < BREAKER.failureThreshold - 1; n += 1) upstream.health.recordFailure();
     const { attempt } = scriptedAttempts({ a: async () => ({ kind: 'rpc-error', error: { code: -32000, message: 'header not found' }, durationMs: 5 }) });
-    await circuitBreakerPolicy()(attempt)(upstream, executionOf([upstream], { clock }), new AbortController().signal);
+    await circuitBreakerPolicy()(attempt)(upstream, executionOf([upstream], { clock }), new CallController().signal);
     upstream.health.recordFailure();
     expect(upstream.health.circuit()).toBe('closed');
   });
@@ -219,7 +272,7 @@ describe('failover policy', () => {
     const [a, b, c] = ['a', 'b', 'c'].map((id) => upstreamOn(clock, id));
     const { attempt, calls } = scriptedAttempts({ a: async () => failure('http_500'), b: async () => result('"0x2"'), c: async () => result('"0x3"') });
     const execution = executionOf([a!, b!, c!], { clock });
-    const outcome = await failoverPolicy(clock)(attemptEachCandidate(attempt))(execution, new AbortController().signal);
+    const outcome = await failoverPolicy(clock)(attemptEachCandidate(attempt))(execution, new CallController().signal);
     expect(outcome).toMatchObject({ kind: 'result', upstream: 'b' });
     expect(execution.attempts).toEqual([{ upstream: 'a', reason: 'http_500' }]);
     expect(calls.map((call) => call.upstream)).toEqual(['a', 'b']);
@@ -232,7 +285,7 @@ describe('failover policy', () => {
       a: async () => ({ kind: 'rpc-error', error: { code: 3, message: 'execution reverted' }, durationMs: 1 }),
       b: async () => result('"0x2"'),
     });
-    const outcome = await failoverPolicy(clock)(attemptEachCandidate(attempt))(executionOf([a!, b!], { clock }), new AbortController().signal);
+    const outcome = await failoverPolicy(clock)(attemptEachCandidate(attempt))(executionOf([a!, b!], { clock }), new CallController().signal);
     expect(outcome).toMatchObject({ kind: 'rpc-error', upstream: 'a' });
     expect(calls).toHaveLength(1);
   });
@@ -242,7 +295,7 @@ describe('failover policy', () => {
     const [a, b, c] = ['a', 'b', 'c'].map((id) => upstreamOn(clock, id));
     const exhausted = executionOf([a!, b!], { clock });
     const failing = scriptedAttempts({ a: async () => failure('http_502'), b: async () => failure('bad_json') });
-    expect(await failoverPolicy(clock)(attemptEachCandidate(failing.attempt))(exhausted, new AbortController().signal)).toEqual({ kind: 'failed' });
+    expect(await failoverPolicy(clock)(attemptEachCandidate(failing.attempt))(exhausted, new CallController().signal)).toEqual({ kind: 'failed' });
     expect(exhausted.attempts.map((attempt) => attempt.reason)).toEqual(['http_502', 'bad_json']);
 
     const slow = scriptedAttempts({
@@ -254,7 +307,7 @@ describe('failover policy', () => {
       c: async () => result('"0x3"'),
     });
     const late = executionOf([a!, b!, c!], { clock, deadline: clock.now() + 100 });
-    expect(await failoverPolicy(clock)(attemptEachCandidate(slow.attempt))(late, new AbortController().signal)).toEqual({ kind: 'failed' });
+    expect(await failoverPolicy(clock)(attemptEachCandidate(slow.attempt))(late, new CallController().signal)).toEqual({ kind: 'failed' });
     expect(slow.calls.map((call) => call.upstream)).toEqual(['a']);
   });
 });
@@ -274,7 +327,7 @@ describe('hedge policy', () => {
     const { attempt, calls } = scriptedAttempts({ a: untilAborted, b: async () => result('"0xb"') });
     const results: HedgeResult[] = [];
     const execution = executionOf([a!, b!], { clock });
-    const outcome = hedged(clock, attempt, SETTINGS, results)(execution, new AbortController().signal);
+    const outcome = hedged(clock, attempt, SETTINGS, results)(execution, new CallController().signal);
     await clock.advance(99);
     expect(calls.map((call) => call.upstream)).toEqual(['a']);
     await clock.advance(1);
@@ -295,7 +348,7 @@ describe('hedge policy', () => {
     const clock = new ManualClock();
     const [a, b] = ['a', 'b'].map((id) => upstreamOn(clock, id));
     const { attempt, calls } = scriptedAttempts({ a: async () => result('"0xa"'), b: async () => result('"0xb"') });
-    expect(await hedged(clock, attempt)(executionOf([a!, b!], { clock }), new AbortController().signal)).toMatchObject({ upstream: 'a' });
+    expect(await hedged(clock, attempt)(executionOf([a!, b!], { clock }), new CallController().signal)).toMatchObject({ upstream: 'a' });
     await clock.advance(1_000);
     expect(calls).toHaveLength(1);
     expect(calls[0]!.signal.aborted).toBe(false);
@@ -309,7 +362,7 @@ describe('hedge policy', () => {
     const { attempt } = scriptedAttempts({ a: () => slowA.promise, b: async () => failure('http_503') });
     const results: HedgeResult[] = [];
     const execution = executionOf([a!, b!], { clock });
-    const outcome = hedged(clock, attempt, SETTINGS, results)(execution, new AbortController().signal);
+    const outcome = hedged(clock, attempt, SETTINGS, results)(execution, new CallController().signal);
     await clock.advance(100);
     slowA.resolve(result('"0xa"'));
     expect(await outcome).toMatchObject({ kind: 'result', upstream: 'a' });
@@ -322,7 +375,7 @@ describe('hedge policy', () => {
     const [a, b] = ['a', 'b'].map((id) => upstreamOn(clock, id));
     const slowA = deferred<AttemptOutcome>();
     const { attempt, calls } = scriptedAttempts({ a: () => slowA.promise, b: async () => result('"0xb"') });
-    const outcome = hedged(clock, attempt)(executionOf([a!, b!], { clock, method: 'eth_sendRawTransaction' }), new AbortController().signal);
+    const outcome = hedged(clock, attempt)(executionOf([a!, b!], { clock, method: 'eth_sendRawTransaction' }), new CallController().signal);
     await clock.advance(5_000);
     expect(calls).toHaveLength(1);
     slowA.resolve(result('"0xhash"'));
@@ -356,7 +409,7 @@ describe('null confirmation policy', () => {
     const { attempt, calls } = scriptedAttempts({ a: async () => result('null'), b: async () => result('null'), c: async () => result('{"hash":"0x1"}') });
     const results: NullConfirmation[] = [];
     const execution = executionOf([a!, b!, c!], { clock });
-    const outcome = await confirming(attempt, results)(failoverPolicy(clock)(attemptEachCandidate(attempt)))(execution, new AbortController().signal);
+    const outcome = await confirming(attempt, results)(failoverPolicy(clock)(attemptEachCandidate(attempt)))(execution, new CallController().signal);
     expect(outcome).toMatchObject({ kind: 'result', upstream: 'c' });
     expect((outcome as { resultBytes: Buffer }).resultBytes.toString()).toBe('{"hash":"0x1"}');
     expect(results).toEqual(['contradicted']);
@@ -369,7 +422,7 @@ describe('null confirmation policy', () => {
     const { attempt } = scriptedAttempts({ a: async () => result('null'), b: async () => result('null'), c: async () => failure('http_500') });
     const results: NullConfirmation[] = [];
     const execution = executionOf([a!, b!, c!], { clock });
-    const outcome = await confirming(attempt, results)(failoverPolicy(clock)(attemptEachCandidate(attempt)))(execution, new AbortController().signal);
+    const outcome = await confirming(attempt, results)(failoverPolicy(clock)(attemptEachCandidate(attempt)))(execution, new CallController().signal);
     expect(outcome).toMatchObject({ kind: 'result', upstream: 'a' });
     expect(results).toEqual(['confirmed']);
     expect(execution.attempts).toEqual([{ upstream: 'c', reason: 'http_500' }]);
@@ -381,7 +434,7 @@ describe('null confirmation policy', () => {
     const { attempt, calls } = scriptedAttempts({ a: async () => result('null'), b: async () => result('"x"') });
     const results: NullConfirmation[] = [];
     const policy = confirming(attempt, results)(attemptEachCandidate(attempt));
-    await policy(executionOf([a!, b!], { clock, method: 'eth_getTransactionByHash' }), new AbortController().signal);
+    await policy(executionOf([a!, b!], { clock, method: 'eth_getTransactionByHash' }), new CallController().signal);
     expect(calls).toHaveLength(1);
     expect(results).toEqual([]);
   });
@@ -413,7 +466,7 @@ describe('traced policy', () => {
     const { trace, attempts } = recordingTrace();
     const execution = executionOf([a!, b!, c!], { clock, trace });
     const policy = nullConfirmationPolicy(traced, { appliesTo: () => true })(failoverPolicy(clock)(attemptEachCandidate(traced)));
-    const outcome = await policy(execution, new AbortController().signal);
+    const outcome = await policy(execution, new CallController().signal);
     expect(outcome).toMatchObject({ kind: 'result', upstream: 'b' });
     expect(attempts.map(({ facts, outcome: ended }) => [facts.upstream, facts.attempt, facts.hedge, facts.confirmation, facts.retryReason, ended])).toEqual([
       ['a', 1, false, false, undefined, 'http_500'],
@@ -434,7 +487,7 @@ describe('traced policy', () => {
     const traced = tracedPolicy('eth')(attempt);
     const { trace, attempts } = recordingTrace();
     const settings: HedgeSettings = { delayMs: 10, quantile: 0.9, minDelayMs: 1, maxDelayMs: 100, maxHedges: 1 };
-    const pending = hedgePolicy(settings, clock, { isWrite: () => false })(attemptEachCandidate(traced))(executionOf([a!, b!], { clock, trace }), new AbortController().signal);
+    const pending = hedgePolicy(settings, clock, { isWrite: () => false })(attemptEachCandidate(traced))(executionOf([a!, b!], { clock, trace }), new CallController().signal);
     await clock.advance(10);
     expect(await pending).toMatchObject({ kind: 'result', upstream: 'b' });
     await until(() => attempts.every((entry) => entry.outcome !== undefined), 'both attempt spans to end');
@@ -452,7 +505,7 @@ describe('traced policy', () => {
     await attemptEachCandidate(tracedPolicy('eth')(async (_upstream, given) => {
       seen.push(given);
       return result('"0x1"');
-    }))(execution, new AbortController().signal);
+    }))(execution, new CallController().signal);
     expect(seen).toEqual([execution]);
     expect(execution.attemptsStarted).toBe(0);
   });
@@ -464,9 +517,9 @@ describe('result check policy', () => {
     const upstream = upstreamOn(clock, 'a');
     const { attempt } = scriptedAttempts({ a: async () => ({ ...result('{"x":1}'), result: { x: 1 } }) });
     const checked = resultCheckPolicy('unverified_block')(attempt);
-    const bad = await checked(upstream, executionOf([upstream], { clock, check: async () => 'transactions root mismatch' }), new AbortController().signal);
+    const bad = await checked(upstream, executionOf([upstream], { clock, check: async () => 'transactions root mismatch' }), new CallController().signal);
     expect(bad).toEqual({ kind: 'failure', reason: 'unverified_block', detail: 'transactions root mismatch', timedOut: false, durationMs: 10 });
-    const good = await checked(upstream, executionOf([upstream], { clock, check: () => undefined }), new AbortController().signal);
+    const good = await checked(upstream, executionOf([upstream], { clock, check: () => undefined }), new CallController().signal);
     expect(good.kind).toBe('result');
   });
 });

@@ -3,12 +3,12 @@
 // one; then the budget policy (move on, wait within the deadline, give up as over_budget), the
 // `cheapest` ranking, and the 429 the client gets when every upstream is at its limit.
 
-import { getEventListeners } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { forwardOutcomeOf } from '../src/routing/call-outcome.js';
 import { budgetPolicy, isRateLimited, OVER_BUDGET, WAIT_MARGIN_MS } from '../src/routing/policies/budget.js';
 import { failoverPolicy } from '../src/routing/policies/failover.js';
 import { attemptEachCandidate, NEVER_ABORTED, type AttemptFn, type Execution } from '../src/routing/policies/types.js';
+import { CallController } from '../src/routing/abort-signals.js';
 import { createSelector } from '../src/routing/selection.js';
 import { BUDGET_COUNTED_MS, BUDGET_SLICE_MS, BUDGET_WINDOW_MS, UpstreamBudget } from '../src/routing/upstream-budget.js';
 import { upstreamPriceOf } from '../src/routing/upstream-price.js';
@@ -133,12 +133,12 @@ describe('UpstreamBudget', () => {
     const budget = new UpstreamBudget({ requestsPerSecond: 1, scope: 'eth/a' }, clock);
     expect(await budget.take()).toBe(0);
     const order: string[] = [];
-    const aborted = new AbortController();
+    const aborted = new CallController();
     const line = [
-      budget.waitForPermit(start + 5_000, new AbortController().signal).then((result) => order.push(`first ${result}`)),
-      budget.waitForPermit(start + 500, new AbortController().signal).then((result) => order.push(`short deadline ${result}`)),
+      budget.waitForPermit(start + 5_000, new CallController().signal).then((result) => order.push(`first ${result}`)),
+      budget.waitForPermit(start + 500, new CallController().signal).then((result) => order.push(`short deadline ${result}`)),
       budget.waitForPermit(start + 5_000, aborted.signal).then((result) => order.push(`aborted ${result}`)),
-      budget.waitForPermit(start + 5_000, new AbortController().signal).then((result) => order.push(`last ${result}`)),
+      budget.waitForPermit(start + 5_000, new CallController().signal).then((result) => order.push(`last ${result}`)),
     ];
     aborted.abort();
     await clock.advance(500);
@@ -150,15 +150,17 @@ describe('UpstreamBudget', () => {
     expect(order).toEqual(['aborted aborted', 'short deadline too-late', 'first taken', 'last taken']);
   });
 
-  it('does not listen on the shared never-aborted signal while callers wait in line', async () => {
+  it("stops listening on a caller's signal once the caller leaves the line, and waits under the shared never-aborted signal too", async () => {
     const clock = new ManualClock();
     const start = clock.now();
     const budget = new UpstreamBudget({ requestsPerSecond: 1, scope: 'eth/a' }, clock);
     expect(await budget.take()).toBe(0);
-    const line = Array.from({ length: 12 }, () => budget.waitForPermit(start + 500, NEVER_ABORTED));
-    expect(getEventListeners(NEVER_ABORTED, 'abort')).toHaveLength(0);
+    const caller = new CallController();
+    const line = Array.from({ length: 12 }, (_, index) => budget.waitForPermit(start + 500, index % 2 === 0 ? caller.signal : NEVER_ABORTED));
+    expect(caller.listening).toBe(6);
     await clock.advance(500);
     expect(await Promise.all(line)).toEqual(Array.from({ length: 12 }, () => 'too-late'));
+    expect(caller.listening).toBe(0);
   });
 
   it('asks the shared window only when its own has room, and counts alone while the shared one is unreachable', async () => {
@@ -209,9 +211,9 @@ describe('the budget policy', () => {
     const attempt = budgetPolicy((id) => budgets.get(id), clock, { overBudget: (id) => overBudget.push(id) })(send);
     const call = failoverPolicy(clock)(attemptEachCandidate(attempt));
 
-    expect((await call(executionOf([a!, b!], clock.now() + 5_000), new AbortController().signal)).kind).toBe('result');
+    expect((await call(executionOf([a!, b!], clock.now() + 5_000), new CallController().signal)).kind).toBe('result');
     const second = executionOf([a!, b!], clock.now() + 5_000);
-    expect(await call(second, new AbortController().signal)).toMatchObject({ kind: 'result', upstream: 'b' });
+    expect(await call(second, new CallController().signal)).toMatchObject({ kind: 'result', upstream: 'b' });
     expect(second.attempts).toEqual([{ upstream: 'a', reason: OVER_BUDGET }]);
     expect(sent).toEqual(['a', 'b']);
     expect(overBudget).toEqual(['a']);
@@ -219,11 +221,11 @@ describe('the budget policy', () => {
     // 50 calls in this second, the last one answered "rate limited": b's limit is cut to 45.
     for (let i = 0; i < 48; i += 1) {
       await clock.advance(11);
-      await call(executionOf([b!], clock.now() + 5_000), new AbortController().signal);
+      await call(executionOf([b!], clock.now() + 5_000), new CallController().signal);
     }
     await clock.advance(11);
     answer = limited;
-    expect((await call(executionOf([b!], clock.now() + 5_000), new AbortController().signal)).kind).toBe('failed');
+    expect((await call(executionOf([b!], clock.now() + 5_000), new CallController().signal)).kind).toBe('failed');
     expect(isRateLimited(limited())).toBe(true);
     expect(budgets.get('b')!.limit()).toBe(45);
   });
@@ -247,7 +249,7 @@ describe('the budget policy', () => {
     execution.takeCandidate = () => (next < candidates.length ? candidates[next++] : deferredTo.shift());
     execution.peekCandidate = () => (next < candidates.length ? candidates[next] : deferredTo[0]);
     execution.defer = (upstream) => (deferredTo.includes(upstream) ? false : (deferredTo = [...deferredTo, upstream], true));
-    const answer = call(execution, new AbortController().signal);
+    const answer = call(execution, new CallController().signal);
     await settle();
     // a skipped (no permit), b failed, a again: now the last, it waits for its permit.
     expect(sent).toEqual([['b', start]]);
@@ -265,9 +267,9 @@ describe('the budget policy', () => {
     const attempt = budgetPolicy(() => budget, clock)(async () => (sent.push(clock.now()), ok()));
     const call = attemptEachCandidate(attempt);
     const started = clock.now();
-    expect((await call(executionOf([a], started + 5_000), new AbortController().signal)).kind).toBe('result');
+    expect((await call(executionOf([a], started + 5_000), new CallController().signal)).kind).toBe('result');
 
-    const waiting = call(executionOf([a], started + 5_000), new AbortController().signal);
+    const waiting = call(executionOf([a], started + 5_000), new CallController().signal);
     await settle();
     expect(sent).toEqual([started]);
     await clock.advance(BUDGET_COUNTED_MS);
@@ -275,7 +277,7 @@ describe('the budget policy', () => {
     expect(sent).toEqual([started, started + BUDGET_COUNTED_MS]);
 
     const late = executionOf([a], clock.now() + 500);
-    expect((await call(late, new AbortController().signal)).kind).toBe('failed');
+    expect((await call(late, new CallController().signal)).kind).toBe('failed');
     expect(late.attempts).toEqual([{ upstream: 'a', reason: OVER_BUDGET }]);
     const outcome = forwardOutcomeOf({ kind: 'failed' }, late, [a], clock.now());
     expect(outcome.kind).toBe('failed');

@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AnswerBufferPool, AnswerCollector, POOLED_MIN_BYTES } from '../src/jsonrpc/answer-buffers.js';
 import { exchange } from '../src/routing/upstream-exchange.js';
 import { until } from './helpers/until.js';
+import { CallController } from '../src/routing/abort-signals.js';
 
 describe('upstream exchange', () => {
   let server: Server;
@@ -51,7 +52,7 @@ describe('upstream exchange', () => {
 
   it('resolves with the final answer after an informational one', async () => {
     const buffers = new AnswerBufferPool();
-    const { status, answer } = await exchange(pool, post('/hints'), new AbortController().signal, (length) => new AnswerCollector(buffers, length));
+    const { status, answer } = await exchange(pool, post('/hints'), new CallController().signal, (length) => new AnswerCollector(buffers, length));
     expect(status).toBe(200);
     expect(Buffer.concat(answer.parts()).toString()).toBe('{"jsonrpc":"2.0","id":1,"result":"0x1"}');
     expect(buffers.snapshot().allocated).toBe(0);
@@ -59,14 +60,14 @@ describe('upstream exchange', () => {
 
   it('resolves with a failed status and its body (the caller decides what it means)', async () => {
     const buffers = new AnswerBufferPool();
-    const { status, answer } = await exchange(pool, post('/busy'), new AbortController().signal, (length) => new AnswerCollector(buffers, length));
+    const { status, answer } = await exchange(pool, post('/busy'), new CallController().signal, (length) => new AnswerCollector(buffers, length));
     expect(status).toBe(503);
     expect(Buffer.concat(answer.parts()).toString()).toBe('try later');
   });
 
   it('rejects with the reason of an abort in the middle of a large answer, and gives its pooled buffer back', async () => {
     const buffers = new AnswerBufferPool();
-    const controller = new AbortController();
+    const controller = new CallController();
     let collector: AnswerCollector | undefined;
     const exchanged = exchange(pool, post('/stall'), controller.signal, (length) => (collector = new AnswerCollector(buffers, length)));
     await until(() => collector !== undefined && collector.length >= 2 * POOLED_MIN_BYTES, 'half of the answer');
@@ -81,11 +82,11 @@ describe('upstream exchange', () => {
 
   it('sends nothing when its signal was aborted before it started', async () => {
     const before = requests.length;
-    const controller = new AbortController();
+    const controller = new CallController();
     controller.abort(new Error('another attempt answered'));
     await expect(exchange(pool, post('/hints'), controller.signal, (length) => new AnswerCollector(new AnswerBufferPool(), length))).rejects.toThrow('another attempt answered');
     // A request sent after it arrives alone: the aborted one was never sent.
-    await exchange(pool, post('/busy'), new AbortController().signal, (length) => new AnswerCollector(new AnswerBufferPool(), length));
+    await exchange(pool, post('/busy'), new CallController().signal, (length) => new AnswerCollector(new AnswerBufferPool(), length));
     expect(requests.slice(before)).toEqual(['/busy']);
   });
 });

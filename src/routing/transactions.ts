@@ -4,6 +4,7 @@ import { upstreamParams, type PreparedCall } from '../methods/registry.js';
 import type { RequestTrace } from './call-trace.js';
 import type { ProviderSpend } from './upstream-price.js';
 import { failed, forwardOutcomeOf, type ForwardOutcome } from './call-outcome.js';
+import { CallController } from './abort-signals.js';
 import { attemptEachCandidate, attemptOf, FAILED, isListedFailure, isNullResult, NEVER_ABORTED, type Attempt, type Execution, type RoutedUpstream } from './policies/types.js';
 import type { StatefulRouteDeps } from './stateful-deps.js';
 import { probeExecution } from './executions.js';
@@ -73,7 +74,7 @@ export function createTransactionCalls(deps: StatefulRouteDeps): TransactionCall
     const asked = upstreams.filter((upstream) => upstream.health.isAvailable());
     if (asked.length === 0 || clock.now() >= deadline) return Promise.resolve(false);
     const lookup = probeExecution('eth_getTransactionByHash', deadline, [hash]);
-    const controller = new AbortController();
+    const controller = new CallController();
     return new Promise((resolve) => {
       let pending = asked.length;
       const done = () => {

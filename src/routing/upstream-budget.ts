@@ -1,6 +1,6 @@
 import type { UpstreamPermits } from '../store/types.js';
 import type { Clock } from './clock.js';
-import { listenForAbort } from './abort-signals.js';
+import type { CallSignal } from './abort-signals.js';
 
 /**
  * An upstream's request budget: at most `limit` calls in any one-second window (a sliding window,
@@ -132,7 +132,7 @@ export class UpstreamBudget {
    * timer, rather than all waking when a permit frees and all asking (the shared window too) at
    * once. 'too-late' when no permit came by `latestStart` (clock ms), 'aborted' when `signal` did.
    */
-  waitForPermit(latestStart: number, signal: AbortSignal): Promise<'taken' | 'too-late' | 'aborted'> {
+  waitForPermit(latestStart: number, signal: CallSignal): Promise<'taken' | 'too-late' | 'aborted'> {
     if (signal.aborted) return Promise.resolve('aborted');
     return new Promise((resolve) => {
       const waiter: Waiter = {
@@ -147,7 +147,7 @@ export class UpstreamBudget {
         if (index >= 0) this.waiters.splice(index, 1);
         waiter.done('aborted');
       };
-      const stopListening = listenForAbort(signal, onAbort);
+      const stopListening = signal.listen(onAbort);
       this.waiters.push(waiter);
       if (!this.serving) void this.serveWaiters();
     });

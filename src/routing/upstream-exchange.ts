@@ -1,6 +1,6 @@
 import type { Dispatcher } from 'undici';
 import type { AnswerCollector } from '../jsonrpc/answer-buffers.js';
-import { listenForAbort } from './abort-signals.js';
+import type { CallSignal } from './abort-signals.js';
 
 /** What one exchange with an upstream brought back: the final status and the whole answer. */
 export interface ExchangeResult {
@@ -22,7 +22,7 @@ export interface ExchangeResult {
 export function exchange(
   dispatcher: Dispatcher,
   request: Dispatcher.DispatchOptions,
-  signal: AbortSignal,
+  signal: CallSignal,
   collectorFor: (announcedLength: number | undefined) => AnswerCollector,
 ): Promise<ExchangeResult> {
   return new Promise((resolve, reject) => {
@@ -41,18 +41,18 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
   private readonly stopListening: () => void;
 
   constructor(
-    private readonly signal: AbortSignal,
+    private readonly signal: CallSignal,
     private readonly collectorFor: (announcedLength: number | undefined) => AnswerCollector,
     private readonly resolve: (result: ExchangeResult) => void,
     private readonly reject: (error: unknown) => void,
   ) {
-    this.stopListening = listenForAbort(signal, () => this.controller?.abort(signal.reason));
+    this.stopListening = signal.listen(() => this.controller?.abort(signal.reason!));
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller;
     // Aborted while the request waited for a connection: undici has not sent it yet.
-    if (this.signal.aborted) controller.abort(this.signal.reason);
+    if (this.signal.aborted) controller.abort(this.signal.reason!);
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {

@@ -4,6 +4,7 @@ import type { JsonRpcErrorObject } from '../errors.js';
 import { AnswerCollector, answerBuffers } from '../jsonrpc/answer-buffers.js';
 import { readEnvelope } from '../jsonrpc/envelope-scanner.js';
 import { contiguous, type ResultBytes } from '../jsonrpc/result-bytes.js';
+import type { CallSignal } from './abort-signals.js';
 import { exchange } from './upstream-exchange.js';
 import { UpstreamHealth, type CircuitBreakerSettings } from './upstream-health.js';
 
@@ -103,7 +104,7 @@ export class Upstream implements RoutedUpstream {
    * the aborting policy says). `parseResult` asks for the parsed result beside its bytes;
    * `extraHeaders` go with this request only (a trace's `traceparent`).
    */
-  async send(method: string, params: unknown, signal: AbortSignal, parseResult: boolean, extraHeaders?: Readonly<Record<string, string>>): Promise<AttemptOutcome> {
+  async send(method: string, params: unknown, signal: CallSignal, parseResult: boolean, extraHeaders?: Readonly<Record<string, string>>): Promise<AttemptOutcome> {
     const started = performance.now();
     const requestId = this.nextRequestId++;
     const body = JSON.stringify(params === undefined ? { jsonrpc: '2.0', id: requestId, method } : { jsonrpc: '2.0', id: requestId, method, params });

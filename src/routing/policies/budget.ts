@@ -1,7 +1,7 @@
 import type { Clock } from '../clock.js';
 import type { UpstreamBudget } from '../upstream-budget.js';
 import { RATE_LIMITED } from '../upstream.js';
-import type { AttemptOutcome, AttemptPolicy } from './types.js';
+import type { AttemptFn, AttemptOutcome, AttemptPolicy, CallSignal, Execution, RoutedUpstream } from './types.js';
 
 /** Reason of an attempt not made because the upstream had no budget left within the call's deadline. */
 export const OVER_BUDGET = 'over_budget';
@@ -23,9 +23,14 @@ export const WAIT_MARGIN_MS = 200;
  * costs no permit and says nothing to the circuit breaker.
  */
 export function budgetPolicy(budgetOf: (upstreamId: string) => UpstreamBudget | undefined, clock: Clock, observe: { overBudget?(upstreamId: string): void } = {}): AttemptPolicy {
-  return (next) => async (upstream, execution, signal) => {
+  return (next) => (upstream, execution, signal) => {
     const budget = budgetOf(upstream.id);
+    // Without a budget the attempt is the next policy's own promise: no async turn of this one around it.
     if (budget === undefined) return next(upstream, execution, signal);
+    return attemptWithin(budget, next, upstream, execution, signal);
+  };
+
+  async function attemptWithin(budget: UpstreamBudget, next: AttemptFn, upstream: RoutedUpstream, execution: Execution, signal: CallSignal): Promise<AttemptOutcome> {
     const taken = budget.take();
     const wait = typeof taken === 'number' ? taken : await taken;
     if (wait > 0) {
@@ -49,7 +54,7 @@ export function budgetPolicy(budgetOf: (upstreamId: string) => UpstreamBudget | 
     const outcome = await next(upstream, execution, signal);
     if (isRateLimited(outcome)) budget.rateLimited();
     return outcome;
-  };
+  }
 }
 
 export function isRateLimited(outcome: AttemptOutcome): boolean {

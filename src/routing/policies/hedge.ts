@@ -1,4 +1,5 @@
 import type { Clock } from '../clock.js';
+import type { CallController } from '../abort-signals.js';
 import { childController, FAILED, type CallOutcome, type CallPolicy, type RoutedUpstream } from './types.js';
 
 export interface HedgeSettings {
@@ -44,14 +45,14 @@ export function hedgePolicy(
     if (settings.maxHedges === 0 || options.isWrite(execution.method) || first === undefined) return next(execution, signal);
     const delayMs = hedgeDelayMs(settings, first);
     return new Promise<CallOutcome>((resolve) => {
-      const branches: AbortController[] = [];
+      const branches: CallController[] = [];
       let running = 0;
       let hedges = 0;
       let settled = false;
       let cancelTimer = () => {};
 
       /** `answered`: the branch whose outcome this is; it is over, so only the others are aborted. */
-      const settle = (outcome: CallOutcome, fromHedge: boolean, answered: AbortController) => {
+      const settle = (outcome: CallOutcome, fromHedge: boolean, answered: CallController) => {
         settled = true;
         cancelTimer();
         for (const branch of branches) if (branch !== answered) branch.abort(ANOTHER_ATTEMPT_ANSWERED);

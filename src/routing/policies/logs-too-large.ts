@@ -52,11 +52,13 @@ export function isLogsTooLarge(message: string, data?: unknown): boolean {
 
 /** Marks "too large" answers to a logs method as {@link LOGS_TOO_LARGE} failures (see the module comment). */
 export function logsTooLargePolicy(): AttemptPolicy {
-  return (next) => async (upstream, execution, signal) => {
-    const outcome = await next(upstream, execution, signal);
-    if (!LOGS_METHODS.has(execution.method)) return outcome;
-    const error = outcome.kind === 'rpc-error' ? outcome.error : outcome.kind === 'failure' ? outcome.rpcError : undefined;
-    if (error === undefined || !isLogsTooLarge(error.message, error.data)) return outcome;
-    return { kind: 'failure', reason: LOGS_TOO_LARGE, timedOut: false, durationMs: outcome.durationMs };
+  return (next) => (upstream, execution, signal) => {
+    // Other methods pass through untouched, without an async turn of this policy around them.
+    if (!LOGS_METHODS.has(execution.method)) return next(upstream, execution, signal);
+    return next(upstream, execution, signal).then((outcome) => {
+      const error = outcome.kind === 'rpc-error' ? outcome.error : outcome.kind === 'failure' ? outcome.rpcError : undefined;
+      if (error === undefined || !isLogsTooLarge(error.message, error.data)) return outcome;
+      return { kind: 'failure', reason: LOGS_TOO_LARGE, timedOut: false, durationMs: outcome.durationMs };
+    });
   };
 }

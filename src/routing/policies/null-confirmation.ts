@@ -1,4 +1,4 @@
-import { attemptOf, childController, isListedFailure, isNullResult, type AttemptFn, type CallOutcome, type CallPolicy } from './types.js';
+import { attemptOf, childController, isListedFailure, isNullResult, type AttemptFn, type CallFn, type CallOutcome, type CallPolicy, type CallSignal, type Execution } from './types.js';
 
 /** How a null answer ended: believed after the others agreed, or replaced by another's answer. */
 export type NullConfirmation = 'confirmed' | 'contradicted';
@@ -14,9 +14,15 @@ export function nullConfirmationPolicy(
   attempt: AttemptFn,
   options: { appliesTo: (method: string) => boolean; observe?: (result: NullConfirmation) => void },
 ): CallPolicy {
-  return (next) => async (execution, signal) => {
+  return (next) => (execution, signal) => {
+    // Other methods pass through without an async turn of this policy around them.
+    if (!options.appliesTo(execution.method)) return next(execution, signal);
+    return confirmed(next, execution, signal);
+  };
+
+  async function confirmed(next: CallFn, execution: Execution, signal: CallSignal): Promise<CallOutcome> {
     const outcome = await next(execution, signal);
-    if (outcome.kind !== 'result' || !options.appliesTo(execution.method) || !isNullResult(outcome.resultBytes)) return outcome;
+    if (outcome.kind !== 'result' || !isNullResult(outcome.resultBytes)) return outcome;
     const others = execution.othersThan(outcome.upstream);
     if (others.length === 0) return outcome;
     const { controller, release } = childController(signal);
@@ -41,5 +47,5 @@ export function nullConfirmationPolicy(
     release();
     options.observe?.(found === undefined ? 'confirmed' : 'contradicted');
     return found ?? outcome;
-  };
+  }
 }

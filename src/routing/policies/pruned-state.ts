@@ -45,13 +45,15 @@ export function isPrunedState(message: string, data?: unknown): boolean {
 
 /** Marks "state not available" answers to state reads as {@link PRUNED_STATE} failures (see the module comment). */
 export function prunedStatePolicy(archive: ArchiveDepth): AttemptPolicy {
-  return (next) => async (upstream, execution, signal) => {
-    const outcome = await next(upstream, execution, signal);
-    if (!readsStateAtBlock(execution.method)) return outcome;
-    const error = outcome.kind === 'rpc-error' ? outcome.error : outcome.kind === 'failure' ? outcome.rpcError : undefined;
-    if (error === undefined || !isPrunedState(error.message, error.data)) return outcome;
-    archive.learnPruned(upstream, execution.method, execution.paramsFor(upstream));
-    execution.passedOverErrors?.push({ upstream: upstream.id, error });
-    return { kind: 'failure', reason: PRUNED_STATE, rpcError: error, timedOut: false, durationMs: outcome.durationMs };
+  return (next) => (upstream, execution, signal) => {
+    // Other methods pass through untouched, without an async turn of this policy around them.
+    if (!readsStateAtBlock(execution.method)) return next(upstream, execution, signal);
+    return next(upstream, execution, signal).then((outcome) => {
+      const error = outcome.kind === 'rpc-error' ? outcome.error : outcome.kind === 'failure' ? outcome.rpcError : undefined;
+      if (error === undefined || !isPrunedState(error.message, error.data)) return outcome;
+      archive.learnPruned(upstream, execution.method, execution.paramsFor(upstream));
+      execution.passedOverErrors?.push({ upstream: upstream.id, error });
+      return { kind: 'failure', reason: PRUNED_STATE, rpcError: error, timedOut: false, durationMs: outcome.durationMs };
+    });
   };
 }

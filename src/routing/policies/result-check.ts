@@ -1,4 +1,4 @@
-import type { AttemptPolicy } from './types.js';
+import type { AttemptOutcome, AttemptPolicy, ResultCheck } from './types.js';
 
 /**
  * Inspects a result before anyone believes it: for calls that carry a check (a block must hash
@@ -6,11 +6,18 @@ import type { AttemptPolicy } from './types.js';
  * fault with the check's reason, so the next upstream is tried and nothing is cached or charged.
  */
 export function resultCheckPolicy(failureReason: string): AttemptPolicy {
-  return (next) => async (upstream, execution, signal) => {
-    const outcome = await next(upstream, execution, signal);
-    if (outcome.kind !== 'result' || execution.check === undefined) return outcome;
-    const problem = await execution.check(outcome.result);
+  return (next) => (upstream, execution, signal) => {
+    const { check } = execution;
+    // A call without a check passes through without an async turn of this policy around it.
+    if (check === undefined) return next(upstream, execution, signal);
+    return checked(next(upstream, execution, signal), check);
+  };
+
+  async function checked(attempt: Promise<AttemptOutcome>, check: ResultCheck): Promise<AttemptOutcome> {
+    const outcome = await attempt;
+    if (outcome.kind !== 'result') return outcome;
+    const problem = await check(outcome.result);
     if (problem === undefined) return outcome;
     return { kind: 'failure', reason: failureReason, detail: problem, timedOut: false, durationMs: outcome.durationMs };
-  };
+  }
 }

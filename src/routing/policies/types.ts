@@ -3,9 +3,9 @@ import type { ResultBytes } from '../../jsonrpc/result-bytes.js';
 import type { RequestTrace } from '../call-trace.js';
 import type { ProviderSpend } from '../upstream-price.js';
 import type { AttemptOutcome, RoutedUpstream } from '../upstream.js';
-import { listenForAbort, noRelease } from '../abort-signals.js';
+import type { CallSignal } from '../abort-signals.js';
 
-export { NEVER_ABORTED } from '../abort-signals.js';
+export { childController, NEVER_ABORTED, type CallSignal } from '../abort-signals.js';
 
 /**
  * The failsafe chain (docs/routing.md): small policies around one function, each testable
@@ -72,7 +72,7 @@ export interface Execution {
   readonly passedOverErrors?: Array<{ upstream: string; error: JsonRpcErrorObject }>;
 }
 
-export type AttemptFn = (upstream: RoutedUpstream, execution: Execution, signal: AbortSignal) => Promise<AttemptOutcome>;
+export type AttemptFn = (upstream: RoutedUpstream, execution: Execution, signal: CallSignal) => Promise<AttemptOutcome>;
 export type AttemptPolicy = (next: AttemptFn) => AttemptFn;
 
 export type CallOutcome =
@@ -81,22 +81,12 @@ export type CallOutcome =
   /** Every attempt failed (listed in the execution), or none could be made. */
   | { kind: 'failed' };
 
-export type CallFn = (execution: Execution, signal: AbortSignal) => Promise<CallOutcome>;
+export type CallFn = (execution: Execution, signal: CallSignal) => Promise<CallOutcome>;
 export type CallPolicy = (next: CallFn) => CallFn;
 
 /** Applies policies outermost first: `chain(a, b)(fn)` is `a(b(fn))`. */
 export function chain<F>(...policies: Array<(next: F) => F>): (fn: F) => F {
   return (fn) => policies.reduceRight((next, policy) => policy(next), fn);
-}
-
-/** An abort signal that follows `parent` and can also be aborted on its own. */
-export function childController(parent: AbortSignal): { controller: AbortController; release: () => void } {
-  const controller = new AbortController();
-  if (parent.aborted) {
-    controller.abort(parent.reason);
-    return { controller, release: noRelease };
-  }
-  return { controller, release: listenForAbort(parent, () => controller.abort(parent.reason)) };
 }
 
 /**
