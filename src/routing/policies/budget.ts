@@ -25,7 +25,8 @@ export const WAIT_MARGIN_MS = 200;
 export function budgetPolicy(budgetOf: (upstreamId: string) => UpstreamBudget | undefined, clock: Clock, observe: { overBudget?(upstreamId: string): void } = {}): AttemptPolicy {
   return (next) => (upstream, execution, signal) => {
     const budget = budgetOf(upstream.id);
-    // Without a budget the attempt is the next policy's own promise: no async turn of this one around it.
+    // Without a budget the attempt is the next policy's own promise, with no async turn of this
+    // one around it.
     if (budget === undefined) return next(upstream, execution, signal);
     return attemptWithin(budget, next, upstream, execution, signal);
   };
