@@ -1,4 +1,4 @@
-#!/usr/bin/env -S node --max-semi-space-size=64 --initial-old-space-size=128
+#!/usr/bin/env -S node --max-semi-space-size=64 --initial-old-space-size=128 --expose-gc
 import { parseArgs } from 'node:util';
 import { existsSync, readFileSync } from 'node:fs';
 import { basename, extname } from 'node:path';
@@ -226,7 +226,7 @@ function reportNodeFlags(logger: Logger): void {
   }
   logger.warn(
     { missing, recommended: GATEWAY_NODE_FLAGS.join(' ') },
-    `V8 heap settings: Node was started without ${missing.join(' ')}, so under large answers the gateway may spend much of its CPU in full garbage collections (the tollgate command passes them)`,
+    `V8 heap settings: Node was started without ${missing.join(' ')}, so under large answers the gateway may spend much of its CPU in full garbage collections, or keep a burst's memory long after it (the tollgate command passes them)`,
   );
 }
 

@@ -32,11 +32,11 @@ describe('the answer buffer pool', () => {
     expect(first.length).toBe(2 * MiB);
     expect(first.byteOffset).toBe(0);
     pool.giveBack(first);
-    expect(pool.snapshot()).toEqual({ allocated: 1, reused: 0, retainedBytes: 2 * MiB });
+    expect(pool.snapshot()).toEqual({ allocated: 1, reused: 0, retainedBytes: 2 * MiB, releasedBytes: 0 });
     expect(pool.take(1.1 * MiB)).toBe(first);
     // Compared by identity: `not.toBe` formats both 2 MiB buffers even when it passes, for seconds.
     expect(pool.take(1.1 * MiB) === first).toBe(false);
-    expect(pool.snapshot()).toEqual({ allocated: 2, reused: 1, retainedBytes: 0 });
+    expect(pool.snapshot()).toEqual({ allocated: 2, reused: 1, retainedBytes: 0, releasedBytes: 0 });
   });
 
   it('keeps no more idle bytes than its bound, and no buffer that is not one of its sizes', () => {
@@ -47,6 +47,77 @@ describe('the answer buffer pool', () => {
     pool.giveBack(Buffer.allocUnsafeSlow(3 * MiB));
     pool.giveBack(Buffer.allocUnsafeSlow(4 * POOLED_MAX_BYTES));
     expect(pool.snapshot().retainedBytes).toBe(4 * MiB);
+  });
+});
+
+describe('letting idle buffers go after a quiet period', () => {
+  /** A clock that moves only when told, and the timers the pool arms on it. */
+  function manualTime() {
+    let now = 0;
+    const timers: Array<{ at: number; callback: () => void }> = [];
+    return {
+      now: () => now,
+      schedule: (callback: () => void, ms: number) => void timers.push({ at: now + ms, callback }),
+      pending: () => timers.length,
+      /** Moves the clock by `ms`, running every timer that falls due, in order. */
+      advance(ms: number) {
+        now += ms;
+        for (;;) {
+          timers.sort((a, b) => a.at - b.at);
+          if (timers[0] === undefined || timers[0].at > now) return;
+          timers.shift()!.callback();
+        }
+      },
+    };
+  }
+
+  it('drops every idle buffer once none was taken for the quiet period, and says how many bytes', () => {
+    const time = manualTime();
+    const released: number[] = [];
+    const pool = new AnswerBufferPool(16 * MiB, { afterMs: 5_000, now: time.now, schedule: time.schedule, onRelease: (bytes) => released.push(bytes) });
+    const buffers = [pool.take(2 * MiB), pool.take(2 * MiB), pool.take(4 * MiB)];
+    for (const buffer of buffers) pool.giveBack(buffer);
+    expect(time.pending()).toBe(1);
+    time.advance(4_999);
+    expect(released).toEqual([]);
+    expect(pool.snapshot().retainedBytes).toBe(8 * MiB);
+    time.advance(1);
+    expect(released).toEqual([8 * MiB]);
+    expect(pool.snapshot()).toMatchObject({ retainedBytes: 0, releasedBytes: 8 * MiB });
+    // Dropped, not handed out again.
+    expect(buffers.includes(pool.take(2 * MiB))).toBe(false);
+  });
+
+  it('waits out the quiet period again when a buffer was taken meanwhile, with one timer at a time', () => {
+    const time = manualTime();
+    const released: number[] = [];
+    const pool = new AnswerBufferPool(16 * MiB, { afterMs: 5_000, now: time.now, schedule: time.schedule, onRelease: (bytes) => released.push(bytes) });
+    pool.giveBack(pool.take(2 * MiB));
+    time.advance(3_000);
+    // A steady stream: taken and given back while the timer is armed.
+    for (let i = 0; i < 10; i++) pool.giveBack(pool.take(2 * MiB));
+    expect(time.pending()).toBe(1);
+    time.advance(2_000);
+    expect(released).toEqual([]);
+    expect(pool.snapshot().retainedBytes).toBe(2 * MiB);
+    time.advance(2_999);
+    expect(released).toEqual([]);
+    time.advance(1);
+    expect(released).toEqual([2 * MiB]);
+    expect(time.pending()).toBe(0);
+  });
+
+  it('arms no timer when nothing is idle, and releases nothing when every buffer is in use', () => {
+    const time = manualTime();
+    const released: number[] = [];
+    const pool = new AnswerBufferPool(16 * MiB, { afterMs: 5_000, now: time.now, schedule: time.schedule, onRelease: (bytes) => released.push(bytes) });
+    const held = pool.take(2 * MiB);
+    expect(time.pending()).toBe(0);
+    pool.giveBack(held);
+    expect(pool.take(2 * MiB)).toBe(held);
+    time.advance(60_000);
+    expect(released).toEqual([]);
+    expect(pool.snapshot()).toMatchObject({ retainedBytes: 0, releasedBytes: 0 });
   });
 });
 

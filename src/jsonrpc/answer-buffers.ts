@@ -1,3 +1,4 @@
+import { collectFreedMemory } from '../startup/heap-collection.js';
 import type { ResultBytes } from './result-bytes.js';
 
 /**
@@ -19,6 +20,12 @@ import type { ResultBytes } from './result-bytes.js';
  * buffer not returned is simply collected, so the pool can lose buffers but never hands out one
  * still in use. Bytes shared between callers (a coalesced call) are never returned
  * ({@link markShared}).
+ *
+ * Idle buffers are kept only while large answers keep coming: {@link POOL_IDLE_RELEASE_MS} after
+ * the last one was taken they are dropped, and the pool asks for a full collection
+ * (src/startup/heap-collection.ts). Without that, a gateway serving small requests after a burst
+ * kept the burst's 64 MiB of idle buffers, and the dead chunks beside them, for as long as it
+ * ran: about 100 MiB of RSS in the bench (docs/benchmarks.md, "Giving back a burst's memory").
  */
 
 /**
@@ -31,6 +38,12 @@ export const POOLED_MIN_BYTES = 1024 * 1024;
 export const POOLED_MAX_BYTES = 32 * 1024 * 1024;
 /** At most this many bytes of idle buffers are kept per thread; more are left to the collector. */
 export const POOL_RETAINED_BYTES = 64 * 1024 * 1024;
+/**
+ * After this long without an answer large enough for the pool, its idle buffers are dropped: a
+ * burst of large answers leaves the gateway's memory where it was before the burst, not at the
+ * burst's high-water mark.
+ */
+export const POOL_IDLE_RELEASE_MS = 5_000;
 
 /** The size class of a buffer holding `length` bytes: the next power of two, at least {@link POOLED_MIN_BYTES}. */
 function sizeClass(length: number): number {
@@ -46,16 +59,40 @@ export interface AnswerBufferStats {
   reused: number;
   /** Idle bytes kept now. */
   retainedBytes: number;
+  /** Idle bytes dropped after a quiet period, in all. */
+  releasedBytes: number;
 }
+
+/** When and how a pool lets its idle buffers go. */
+export interface IdleRelease {
+  /** Milliseconds without a {@link AnswerBufferPool.take} after which idle buffers are dropped. */
+  afterMs: number;
+  /** Called with the bytes dropped, once they are: where the process can, it asks for them to be freed. */
+  onRelease?: (droppedBytes: number) => void;
+  /** The clock (injected by tests). */
+  now?: () => number;
+  /** Runs `callback` in `ms` (injected by tests); the default timer does not keep the process alive. */
+  schedule?: (callback: () => void, ms: number) => void;
+}
+
+const unrefTimer = (callback: () => void, ms: number): void => {
+  setTimeout(callback, ms).unref();
+};
 
 export class AnswerBufferPool {
   private readonly idle = new Map<number, Buffer[]>();
-  private readonly stats: AnswerBufferStats = { allocated: 0, reused: 0, retainedBytes: 0 };
+  private readonly stats: AnswerBufferStats = { allocated: 0, reused: 0, retainedBytes: 0, releasedBytes: 0 };
+  private lastTakenAt = 0;
+  private releaseArmed = false;
 
-  constructor(private readonly maxRetainedBytes: number = POOL_RETAINED_BYTES) {}
+  constructor(
+    private readonly maxRetainedBytes: number = POOL_RETAINED_BYTES,
+    private readonly release?: IdleRelease,
+  ) {}
 
   /** A buffer of at least `length` bytes (its content is whatever it held before). */
   take(length: number): Buffer {
+    if (this.release !== undefined) this.lastTakenAt = (this.release.now ?? Date.now)();
     const size = sizeClass(length);
     const buffer = this.idle.get(size)?.pop();
     if (buffer !== undefined) {
@@ -77,6 +114,42 @@ export class AnswerBufferPool {
     if (list === undefined) this.idle.set(size, (list = []));
     list.push(buffer);
     this.stats.retainedBytes += size;
+    this.armRelease();
+  }
+
+  /** Drops every idle buffer (the collector frees them); returns the bytes dropped. */
+  releaseIdle(): number {
+    const dropped = this.stats.retainedBytes;
+    this.idle.clear();
+    this.stats.retainedBytes = 0;
+    this.stats.releasedBytes += dropped;
+    return dropped;
+  }
+
+  /**
+   * One timer at most, armed while buffers are idle. When it fires it checks how long ago a buffer
+   * was last taken, and waits out the rest of the quiet period if one was taken since: a steady
+   * stream of large answers costs no timer per answer.
+   */
+  private armRelease(): void {
+    const release = this.release;
+    if (release === undefined || this.releaseArmed) return;
+    this.releaseArmed = true;
+    const now = release.now ?? Date.now;
+    const check = (): void => {
+      if (this.stats.retainedBytes === 0) {
+        this.releaseArmed = false;
+        return;
+      }
+      const quietFor = now() - this.lastTakenAt;
+      if (quietFor < release.afterMs) {
+        (release.schedule ?? unrefTimer)(check, release.afterMs - quietFor);
+        return;
+      }
+      this.releaseArmed = false;
+      release.onRelease?.(this.releaseIdle());
+    };
+    (release.schedule ?? unrefTimer)(check, release.afterMs);
   }
 
   snapshot(): AnswerBufferStats {
@@ -84,8 +157,8 @@ export class AnswerBufferPool {
   }
 }
 
-/** This thread's pool. */
-export const answerBuffers = new AnswerBufferPool();
+/** This thread's pool: its idle buffers dropped after a quiet period, then their memory freed. */
+export const answerBuffers = new AnswerBufferPool(POOL_RETAINED_BYTES, { afterMs: POOL_IDLE_RELEASE_MS, onRelease: () => collectFreedMemory() });
 
 /**
  * One upstream answer's bytes as they arrive: in the socket's chunks while small, in a pooled

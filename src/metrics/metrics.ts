@@ -1,4 +1,5 @@
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { answerBuffers } from '../jsonrpc/answer-buffers.js';
 import { fastHistogram, tallied, type FastHistogram, type Tally } from './fast-metrics.js';
 
 /**
@@ -16,6 +17,9 @@ export interface GatewayMetrics {
   /** Labels: network, method. */
   requestDuration: FastHistogram;
   inFlight: Gauge;
+  /** Read from this thread's answer buffer pool at scrape time. */
+  answerBuffersIdle: Gauge;
+  arrayBuffers: Gauge;
   /** Labels: network, upstream, outcome. */
   upstreamRequests: Tally;
   /** Labels: network, upstream. */
@@ -128,6 +132,24 @@ export function createMetrics(): GatewayMetrics {
       registers,
     }),
     inFlight: new Gauge({ name: 'tollgate_requests_in_flight', help: 'HTTP requests being processed', registers, aggregator: 'sum' }),
+    answerBuffersIdle: new Gauge({
+      name: 'tollgate_answer_buffers_idle_bytes',
+      help: 'Bytes of pooled buffers for large upstream answers kept idle for the next ones; dropped after a quiet period',
+      registers,
+      aggregator: 'sum',
+      collect() {
+        this.set(answerBuffers.snapshot().retainedBytes);
+      },
+    }),
+    arrayBuffers: new Gauge({
+      name: 'tollgate_array_buffers_bytes',
+      help: "Memory held by the process's Buffers and ArrayBuffers (process.memoryUsage().arrayBuffers)",
+      registers,
+      aggregator: 'sum',
+      collect() {
+        this.set(process.memoryUsage().arrayBuffers);
+      },
+    }),
     upstreamRequests: tallied({
       name: 'tollgate_upstream_requests_total',
       help: 'Attempts against upstreams, by outcome: result, rpc_error (passed to the client) or the failure reason',

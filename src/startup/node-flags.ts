@@ -10,11 +10,15 @@
  * (a young generation that what a request holds rarely outlives), 438 µs, at 0.87× the streaming
  * proxy's requests per second. The peak RSS of those runs was 20–100 MiB higher.
  *
+ * The same limit leaves a burst's buffers unfreed for as long as small requests take to fill it,
+ * so `--expose-gc` lets the gateway ask for one full collection once a burst is over
+ * (src/startup/heap-collection.ts).
+ *
  * V8 reads these only when the process starts, so they are Node flags: the `tollgate` command
  * (dist/cli.js) carries them in its first line, `npm start` passes them, and workers of
  * `serve --workers` inherit them. `tollgate serve` started another way without them says so.
  */
-export const GATEWAY_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=64', '--initial-old-space-size=128'];
+export const GATEWAY_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=64', '--initial-old-space-size=128', '--expose-gc'];
 
 /** A flag's name in one spelling (Node takes `_` for `-` in V8 flags). */
 const flagName = (flag: string): string => flag.replace(/^--/, '').split('=')[0]!.replaceAll('_', '-');
