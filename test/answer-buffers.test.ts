@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AnswerBufferPool, AnswerCollector, answerBuffers, lend, markShared, POOLED_MAX_BYTES, POOLED_MIN_BYTES, returnLent } from '../src/jsonrpc/answer-buffers.js';
+import { collectionRequests, MIN_COLLECTION_INTERVAL_MS } from '../src/startup/heap-collection.js';
 import { startTestGateway, type TestGateway } from './helpers/gateway.js';
 import { parseResponses, postRequest } from './helpers/raw-http.js';
 import { until } from './helpers/until.js';
@@ -105,6 +106,20 @@ describe('letting idle buffers go after a quiet period', () => {
     time.advance(1);
     expect(released).toEqual([2 * MiB]);
     expect(time.pending()).toBe(0);
+  });
+
+  it('asks V8 for a full collection at most once a minute, and never without --expose-gc', () => {
+    const time = manualTime();
+    const asked: string[] = [];
+    const gc = async (options: { type: string; execution: string }): Promise<void> => void asked.push(`${options.type}/${options.execution}`);
+    const collect = collectionRequests({ gc, now: time.now });
+    expect(collect()).toBe(true);
+    time.advance(MIN_COLLECTION_INTERVAL_MS - 1);
+    expect(collect()).toBe(false);
+    time.advance(1);
+    expect(collect()).toBe(true);
+    expect(asked).toEqual(['major/async', 'major/async']);
+    expect(collectionRequests({ gc: undefined, now: time.now })()).toBe(false);
   });
 
   it('arms no timer when nothing is idle, and releases nothing when every buffer is in use', () => {
