@@ -25,7 +25,8 @@ import type { ResultBytes } from './result-bytes.js';
  * the last one was taken they are dropped, and the pool asks for a full collection
  * (src/startup/heap-collection.ts). Without that, a gateway serving small requests after a burst
  * kept the burst's 64 MiB of idle buffers, and the dead chunks beside them, for as long as it
- * ran: about 100 MiB of RSS in the bench (docs/benchmarks.md, "Giving back a burst's memory").
+ * ran: about 95 MiB of buffers in the bench's diagnostic (docs/benchmarks.md, "Giving back a
+ * burst's memory").
  */
 
 /**
