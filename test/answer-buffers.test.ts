@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AnswerBufferPool, AnswerCollector, answerBuffers, lend, markShared, POOLED_MAX_BYTES, POOLED_MIN_BYTES, returnLent } from '../src/jsonrpc/answer-buffers.js';
 import { collectionRequests, MIN_COLLECTION_INTERVAL_MS } from '../src/startup/heap-collection.js';
 import { startTestGateway, type TestGateway } from './helpers/gateway.js';
+import { ManualClock } from './helpers/manual-clock.js';
 import { parseResponses, postRequest } from './helpers/raw-http.js';
 import { until } from './helpers/until.js';
 
@@ -52,85 +53,65 @@ describe('the answer buffer pool', () => {
 });
 
 describe('letting idle buffers go after a quiet period', () => {
-  /** A clock that moves only when told, and the timers the pool arms on it. */
-  function manualTime() {
-    let now = 0;
-    const timers: Array<{ at: number; callback: () => void }> = [];
-    return {
-      now: () => now,
-      schedule: (callback: () => void, ms: number) => void timers.push({ at: now + ms, callback }),
-      pending: () => timers.length,
-      /** Moves the clock by `ms`, running every timer that falls due, in order. */
-      advance(ms: number) {
-        now += ms;
-        for (;;) {
-          timers.sort((a, b) => a.at - b.at);
-          if (timers[0] === undefined || timers[0].at > now) return;
-          timers.shift()!.callback();
-        }
-      },
-    };
-  }
-
-  it('drops every idle buffer once none was taken for the quiet period, and says how many bytes', () => {
-    const time = manualTime();
+  it('drops every idle buffer once none was taken for the quiet period, and says how many bytes', async () => {
+    const time = new ManualClock();
     const released: number[] = [];
-    const pool = new AnswerBufferPool(16 * MiB, { afterMs: 5_000, now: time.now, schedule: time.schedule, onRelease: (bytes) => released.push(bytes) });
+    const pool = new AnswerBufferPool(16 * MiB, { afterMs: 5_000, clock: time, onRelease: (bytes) => released.push(bytes) });
     const buffers = [pool.take(2 * MiB), pool.take(2 * MiB), pool.take(4 * MiB)];
     for (const buffer of buffers) pool.giveBack(buffer);
-    expect(time.pending()).toBe(1);
-    time.advance(4_999);
+    expect(time.pending).toBe(1);
+    await time.advance(4_999);
     expect(released).toEqual([]);
     expect(pool.snapshot().retainedBytes).toBe(8 * MiB);
-    time.advance(1);
+    await time.advance(1);
     expect(released).toEqual([8 * MiB]);
     expect(pool.snapshot()).toMatchObject({ retainedBytes: 0, releasedBytes: 8 * MiB });
     // Dropped, not handed out again.
     expect(buffers.includes(pool.take(2 * MiB))).toBe(false);
   });
 
-  it('waits out the quiet period again when a buffer was taken meanwhile, with one timer at a time', () => {
-    const time = manualTime();
+  it('waits out the quiet period again when a buffer was taken meanwhile, with one timer at a time', async () => {
+    const time = new ManualClock();
     const released: number[] = [];
-    const pool = new AnswerBufferPool(16 * MiB, { afterMs: 5_000, now: time.now, schedule: time.schedule, onRelease: (bytes) => released.push(bytes) });
+    const pool = new AnswerBufferPool(16 * MiB, { afterMs: 5_000, clock: time, onRelease: (bytes) => released.push(bytes) });
     pool.giveBack(pool.take(2 * MiB));
-    time.advance(3_000);
+    await time.advance(3_000);
     // A steady stream: taken and given back while the timer is armed.
     for (let i = 0; i < 10; i++) pool.giveBack(pool.take(2 * MiB));
-    expect(time.pending()).toBe(1);
-    time.advance(2_000);
+    expect(time.pending).toBe(1);
+    await time.advance(2_000);
     expect(released).toEqual([]);
     expect(pool.snapshot().retainedBytes).toBe(2 * MiB);
-    time.advance(2_999);
+    await time.advance(2_999);
     expect(released).toEqual([]);
-    time.advance(1);
+    await time.advance(1);
     expect(released).toEqual([2 * MiB]);
-    expect(time.pending()).toBe(0);
+    expect(time.pending).toBe(0);
   });
 
-  it('asks V8 for a full collection at most once a minute, and never without --expose-gc', () => {
-    const time = manualTime();
+  it('asks V8 for a full collection at most once a minute, and never without --expose-gc', async () => {
+    const time = new ManualClock();
     const asked: string[] = [];
     const gc = async (options: { type: string; execution: string }): Promise<void> => void asked.push(`${options.type}/${options.execution}`);
     const collect = collectionRequests({ gc, now: time.now });
     expect(collect()).toBe(true);
-    time.advance(MIN_COLLECTION_INTERVAL_MS - 1);
+    await time.advance(MIN_COLLECTION_INTERVAL_MS - 1);
     expect(collect()).toBe(false);
-    time.advance(1);
+    await time.advance(1);
     expect(collect()).toBe(true);
     expect(asked).toEqual(['major/async', 'major/async']);
     expect(collectionRequests({ gc: undefined, now: time.now })()).toBe(false);
   });
 
-  it('arms no timer when nothing is idle, and releases nothing when every buffer is in use', () => {
-    const time = manualTime();
+  it('arms no timer when nothing is idle, and releases nothing when every buffer is in use', async () => {
+    const time = new ManualClock();
     const released: number[] = [];
-    const pool = new AnswerBufferPool(16 * MiB, { afterMs: 5_000, now: time.now, schedule: time.schedule, onRelease: (bytes) => released.push(bytes) });
+    const pool = new AnswerBufferPool(16 * MiB, { afterMs: 5_000, clock: time, onRelease: (bytes) => released.push(bytes) });
     const held = pool.take(2 * MiB);
-    expect(time.pending()).toBe(0);
+    expect(time.pending).toBe(0);
     pool.giveBack(held);
     expect(pool.take(2 * MiB)).toBe(held);
-    time.advance(60_000);
+    await time.advance(60_000);
     expect(released).toEqual([]);
     expect(pool.snapshot()).toMatchObject({ retainedBytes: 0, releasedBytes: 0 });
   });

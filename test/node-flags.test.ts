@@ -2,7 +2,6 @@
 // heap settings under which answers held until validated do not set off full collection after
 // full collection, and `tollgate serve` started without them says so at start.
 
-import { execFile } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,6 +13,7 @@ import { TEST_ADMIN_TOKEN } from './helpers/gateway.js';
 import { startScriptedUpstream, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 import { killSpawned, spawnGateway, type GatewayProcess } from './helpers/spawn-gateway.js';
 import { until } from './helpers/until.js';
+import { tollgateCli } from './helpers/worker-group.js';
 
 describe('missingGatewayFlags', () => {
   it('finds the flags in NODE_OPTIONS or on the command line, by name whatever their value, in either spelling', () => {
@@ -37,14 +37,6 @@ describe('tollgate serve', () => {
   const LARGE_TEXT = JSON.stringify(LARGE_RESULT);
   const SMALL_RESULT = { ...LARGE_RESULT, limit: 1, items: LARGE_RESULT.items.slice(0, 20) };
   const BURST = 16;
-  /** A `tollgate` command on a SQLite file; its JSON output. */
-  const cli = (db: string, ...args: string[]): Promise<{ secret?: string }> =>
-    new Promise((resolve, reject) => {
-      execFile(process.execPath, [CLI, ...args, '--db', db], { cwd: ROOT }, (error, stdout, stderr) => {
-        if (error !== null) reject(new Error(`tollgate ${args.join(' ')} failed: ${stderr}`));
-        else resolve(JSON.parse(stdout) as { secret?: string });
-      });
-    });
   let upstream: ScriptedUpstream;
   let dasUpstream: ScriptedUpstream;
   let dir: string;
@@ -99,8 +91,8 @@ describe('tollgate serve', () => {
 
   it('drops the idle answer buffers once the answers stop, and the process gives their memory back', async () => {
     const db = join(dir, 'burst.db');
-    await cli(db, 'teams', 'create', 'burst', '--daily-credits', '1000000');
-    const { secret } = await cli(db, 'keys', 'create', '--team', 'burst');
+    await tollgateCli(db, 'teams', 'create', 'burst', '--daily-credits', '1000000');
+    const { secret } = await tollgateCli(db, 'keys', 'create', '--team', 'burst');
     const burstConfigFile = join(dir, 'burst.yaml');
     const config = {
       server: { host: '127.0.0.1', port: 0 },

@@ -1,3 +1,4 @@
+import { backgroundClock, type Clock } from '../routing/clock.js';
 import { collectFreedMemory } from '../startup/heap-collection.js';
 import type { ResultBytes } from './result-bytes.js';
 
@@ -70,15 +71,9 @@ export interface IdleRelease {
   afterMs: number;
   /** Called with the bytes dropped, once they are: where the process can, it asks for them to be freed. */
   onRelease?: (droppedBytes: number) => void;
-  /** The clock (injected by tests). */
-  now?: () => number;
-  /** Runs `callback` in `ms` (injected by tests); the default timer does not keep the process alive. */
-  schedule?: (callback: () => void, ms: number) => void;
+  /** Injected by tests; by default real time, with a timer that does not keep the process alive. */
+  clock?: Clock;
 }
-
-const unrefTimer = (callback: () => void, ms: number): void => {
-  setTimeout(callback, ms).unref();
-};
 
 export class AnswerBufferPool {
   private readonly idle = new Map<number, Buffer[]>();
@@ -93,7 +88,7 @@ export class AnswerBufferPool {
 
   /** A buffer of at least `length` bytes (its content is whatever it held before). */
   take(length: number): Buffer {
-    if (this.release !== undefined) this.lastTakenAt = (this.release.now ?? Date.now)();
+    if (this.release !== undefined) this.lastTakenAt = (this.release.clock ?? backgroundClock).now();
     const size = sizeClass(length);
     const buffer = this.idle.get(size)?.pop();
     if (buffer !== undefined) {
@@ -136,21 +131,21 @@ export class AnswerBufferPool {
     const release = this.release;
     if (release === undefined || this.releaseArmed) return;
     this.releaseArmed = true;
-    const now = release.now ?? Date.now;
+    const clock = release.clock ?? backgroundClock;
     const check = (): void => {
       if (this.stats.retainedBytes === 0) {
         this.releaseArmed = false;
         return;
       }
-      const quietFor = now() - this.lastTakenAt;
+      const quietFor = clock.now() - this.lastTakenAt;
       if (quietFor < release.afterMs) {
-        (release.schedule ?? unrefTimer)(check, release.afterMs - quietFor);
+        clock.setTimer(release.afterMs - quietFor, check);
         return;
       }
       this.releaseArmed = false;
       release.onRelease?.(this.releaseIdle());
     };
-    (release.schedule ?? unrefTimer)(check, release.afterMs);
+    clock.setTimer(release.afterMs, check);
   }
 
   snapshot(): AnswerBufferStats {

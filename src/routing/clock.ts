@@ -21,3 +21,16 @@ export const systemClock: Clock = {
 export function clockFrom(now: () => number): Clock {
   return { now, setTimer: systemClock.setTimer };
 }
+
+/**
+ * Real time, with timers that do not keep the process alive: for housekeeping that must never be
+ * the reason a process has not exited yet.
+ */
+export const backgroundClock: Clock = {
+  now: systemClock.now,
+  setTimer(delayMs, callback) {
+    const timer = setTimeout(callback, Math.max(1, delayMs));
+    timer.unref();
+    return () => clearTimeout(timer);
+  },
+};

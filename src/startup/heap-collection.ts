@@ -22,10 +22,8 @@ type ExposedGc = (options: { type: 'major'; execution: 'async' }) => Promise<voi
 /** At most one collection is asked for in this long. */
 export const MIN_COLLECTION_INTERVAL_MS = 60_000;
 
-export interface CollectionRequests {
-  /** Asks for one full collection; false when the process cannot (no `--expose-gc`) or asked less than the interval ago. */
-  (): boolean;
-}
+/** Asks for one full collection; false when the process cannot (no `--expose-gc`) or asked less than the interval ago. */
+export type CollectionRequests = () => boolean;
 
 /** `gc` and the clock are injected by tests. */
 export function collectionRequests(options: { gc?: ExposedGc | undefined; now?: () => number; minIntervalMs?: number } = {}): CollectionRequests {
