@@ -26,6 +26,25 @@ export function cpuSeconds(pid: number | undefined): number | undefined {
   }
 }
 
+/**
+ * Resident bytes of a process's `[heap]` mapping: the C allocator's main heap, where Node's
+ * buffers of under 128 KiB (a socket read's chunk) live. Freed memory inside it stays resident
+ * until what lies above it is freed too, so it shows what the RSS keeps after a burst that V8's
+ * own figures no longer count.
+ */
+export function mallocHeapBytes(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const smaps = readFileSync(`/proc/${pid}/smaps`, 'utf8');
+    const start = smaps.search(/ \[heap\]\n/m);
+    if (start < 0) return 0;
+    const match = /^Rss:\s+(\d+)\s+kB/m.exec(smaps.slice(start));
+    return match ? Number(match[1]) * 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** Resident set size of a process, in bytes. */
 export function rssBytes(pid: number | undefined): number | undefined {
   if (pid === undefined) return undefined;

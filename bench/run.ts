@@ -20,7 +20,10 @@
 //   BENCH_DURATION=20 BENCH_CONNECTIONS=100 npm run bench
 //   npm run bench -- --profile         # also write a .cpuprofile per gateway process (bench/profile-summary.ts)
 //   npm run bench -- --quick --only "hit, hydrated=false"   # one scenario, printed, not written
+//   npm run bench -- --only "hydrated=false$|limit 1000"    # --only is a regular expression
 //   npm run bench -- --runs 3          # three full runs in one invocation, all reported, with their spread
+//   BENCH_GATEWAY_FLAGS="--initial-old-space-size=128 --expose-gc" npm run bench -- --only ...
+//                                      # the gateways' Node flags instead of the `tollgate` command's
 //
 // The load comes from `wrk` when it is installed (bench/wrk.ts; `apt-get install wrk`), else from
 // autocannon in this process; `BENCH_LOADGEN=autocannon` forces the fallback.
@@ -38,7 +41,7 @@ import { stringify as toYaml } from 'yaml';
 import { seedAnvil } from '../src/devnet/anvil-seed.js';
 import { startAnvil, type AnvilNode } from '../src/devnet/anvil.js';
 import { redisCost, redisSnapshot, type RedisCost } from './redis-cost.js';
-import { cpuSeconds, rssBytes } from './proc-stats.js';
+import { cpuSeconds, mallocHeapBytes, rssBytes } from './proc-stats.js';
 import { findWrk, prepareWrk, runWrk } from './wrk.js';
 import { formatWsFanout, runWsFanout, WS_FANOUT_SCENARIO } from './ws-fanout.js';
 import { formatWorkersBench, runWorkersBench, WORKERS_SCENARIO } from './workers.js';
@@ -111,6 +114,8 @@ const WARN_SCENARIO = 'cache hit, hydrated=false, log level warn';
  * large answers, misses and batches costs a hit).
  */
 const FRESH_WARN_SCENARIO = 'cache hit, hydrated=false, log level warn, on a gateway that served only this hit';
+/** The gateways' Node flags: the `tollgate` command's, or `BENCH_GATEWAY_FLAGS` (space-separated) to measure others. */
+const GATEWAY_FLAGS: readonly string[] = process.env['BENCH_GATEWAY_FLAGS']?.split(/\s+/).filter((flag) => flag !== '') ?? GATEWAY_NODE_FLAGS;
 /** The admin token of the bench's gateways (their admin listeners are on loopback). */
 const BENCH_ADMIN_TOKEN = 'bench-admin-token-0123456789abcdef';
 /** A browser key: origin and method lists, the allowed Origin sent; its reference is the plain key on the same gateway. */
@@ -118,7 +123,7 @@ const SETTINGS_SCENARIO = 'cache hit, hydrated=false, key with origin and method
 const SETTINGS_ORIGIN = 'https://app.example.com';
 
 function selected(scenario: string): boolean {
-  return flags.only === undefined || scenario.includes(flags.only);
+  return flags.only === undefined || new RegExp(flags.only).test(scenario);
 }
 const WARMUP_S = 2;
 /**
@@ -326,7 +331,7 @@ async function startGatewayProcess(
   const logFd = openSync(logFile, 'a');
   const nodeArgs = options.profileDir === undefined ? [] : ['--cpu-prof', '--cpu-prof-dir', options.profileDir, '--cpu-prof-name', `${name}.cpuprofile`];
   const child = track(
-    spawn(process.execPath, [...GATEWAY_NODE_FLAGS, ...nodeArgs, CLI, 'serve', '--config', configFile], {
+    spawn(process.execPath, [...GATEWAY_FLAGS, ...nodeArgs, CLI, 'serve', '--config', configFile], {
       cwd: ROOT,
       stdio: ['ignore', logFd, logFd],
       env: { ...process.env, TOLLGATE_LOG_LEVEL: options.logLevel },
@@ -347,6 +352,33 @@ async function startGatewayProcess(
     }
   }
   return { child, origin, adminOrigin: `http://127.0.0.1:${adminPort}`, logFile, stop: () => stopChild(child) };
+}
+
+/**
+ * Where a gateway's memory sits, from its `/metrics` (prom-client's V8 heap spaces and external
+ * memory, the gateway's own buffer and cache gauges) and /proc: the RSS check says how much of it
+ * the V8 heap holds, young and old, how much the buffers, and how much the C allocator's heap
+ * keeps resident.
+ */
+async function memoryBreakdown(gateway: GatewayProcess): Promise<string> {
+  const response = await request(`${gateway.adminOrigin}/metrics`, { headers: { authorization: `Bearer ${BENCH_ADMIN_TOKEN}` } });
+  const text = await response.body.text();
+  const value = (series: string): number => {
+    const line = text.split('\n').find((candidate) => candidate.startsWith(`${series} `));
+    return line === undefined ? NaN : Number(line.slice(series.length + 1));
+  };
+  const space = (name: string): number => value(`tollgate_nodejs_heap_space_size_total_bytes{space="${name}"}`);
+  const parts: Array<[string, number]> = [
+    ['young generation', space('new') + space('new_large_object')],
+    ['old generation', space('old') + space('large_object')],
+    ['code', space('code') + space('code_large_object')],
+    ['external', value('tollgate_nodejs_external_memory_bytes')],
+    ['of which buffers', value('tollgate_array_buffers_bytes')],
+    ['cache', value('tollgate_cache_bytes')],
+    ['answer buffer pool (idle)', value('tollgate_answer_buffers_idle_bytes')],
+    ['C allocator\'s main heap', mallocHeapBytes(gateway.child.pid) ?? NaN],
+  ];
+  return `RSS ${mib(rssBytes(gateway.child.pid))} MiB: ${parts.map(([name, bytes]) => `${name} ${Number.isNaN(bytes) ? 'n/a' : mib(bytes)}`).join(', ')}`;
 }
 
 /** Sets a running gateway's log level through its admin API (`PUT /v1/log-level`). */
@@ -540,6 +572,9 @@ function describe(row: Measured): string {
   return `${Math.round(row.requestsPerSecond)} req/s, p99 ${ms(row.p99)} ms${cpu}, client ${Math.round(100 * row.clientCpu)}%${row.errors > 0 ? `, ${row.errors} ERRORS` : ''}`;
 }
 
+/** Set once the cache gateway runs: its memory, printed after every row (see {@link memoryBreakdown}). */
+let memoryAfterRows: (() => Promise<string>) | undefined;
+
 /**
  * Measures a reference and the gateway in alternating one-second rounds (ref-gw, gw-ref, ...),
  * one pair per second of the duration; returns [reference, gateway]. A pair's two rounds run
@@ -584,6 +619,7 @@ async function compareRounds(scenario: string, reference: Target, targets: reado
     return `${row.target} ${describe(row)} | ${fmt(r.rps ?? NaN)}× req/s, ${fmt(r.p99 ?? NaN)}× p99`;
   });
   process.stdout.write(`${reference.name} ${describe(refRow)} | ${described.join(' | ')}\n`);
+  if (memoryAfterRows !== undefined) console.log(`    ${await memoryAfterRows()}`);
   return [refRow, ...rows];
 }
 
@@ -654,7 +690,7 @@ interface Check {
 type Facts = { data: string; startedAt: Date; elapsedS: number };
 
 /** One run's targets (the Targets table of docs/benchmarks.md), from its rows. */
-function targetChecks(rows: readonly Measured[], gatewayRss: readonly number[], withRedis: boolean): Check[] {
+function targetChecks(rows: readonly Measured[], gatewayRss: readonly number[], cacheGatewayMemory: string, withRedis: boolean): Check[] {
   const gatewayRow = (scenario: string): Measured => {
     const row = rows.find((candidate) => candidate.scenario === scenario && candidate.target === 'gateway' && candidate.reference !== undefined);
     if (row === undefined) throw new Error(`no gateway row for ${scenario}`);
@@ -728,7 +764,7 @@ function targetChecks(rows: readonly Measured[], gatewayRss: readonly number[], 
   const maxRss = Math.max(...gatewayRss);
   checks.push({
     name: `gateway RSS after the run ≤ cache maxBytes + 150 MiB = ${(CACHE_MAX_BYTES + RSS_HEADROOM_BYTES) / MIB} MiB`,
-    measured: `${mib(maxRss)} MiB (largest of the gateway processes: ${gatewayRss.map(mib).join(', ')})`,
+    measured: `${mib(maxRss)} MiB (largest of the gateway processes: ${gatewayRss.map(mib).join(', ')}; the cache gateway's ${cacheGatewayMemory})`,
     pass: maxRss > 0 && maxRss <= CACHE_MAX_BYTES + RSS_HEADROOM_BYTES,
   });
   return checks;
@@ -771,7 +807,7 @@ function report(runs: ReadonlyArray<{ rows: Measured[]; checks: Check[] }>, fact
       `${RUNS} full run${RUNS === 1 ? '' : 's'} of every scenario, one after the other, on the same server processes.`,
   );
   lines.push(
-    `- Gateway: \`node ${GATEWAY_NODE_FLAGS.join(' ')} dist/cli.js serve\` (the tollgate command's Node flags) as its own process; SQLite store (WAL, temp dir) with metering on (every call charged); ` +
+    `- Gateway: \`node ${GATEWAY_FLAGS.join(' ')} dist/cli.js serve\` (${GATEWAY_FLAGS === GATEWAY_NODE_FLAGS ? "the tollgate command's Node flags" : 'BENCH_GATEWAY_FLAGS, not the tollgate command\'s Node flags'}) as its own process; SQLite store (WAL, temp dir) with metering on (every call charged); ` +
       `cache \`maxBytes\` ${CACHE_MAX_BYTES / MIB} MiB; the default log level \`info\` (one JSON line per request) unless the row says \`warn\`; ` +
       'its log goes to a file. Team and key made with `tollgate teams create` / `keys create`. The Redis-store row is a fourth gateway on a local `redis-server` (no persistence), with the team and key copied by `tollgate migrate`. ' +
       '`getAssetsByGroup` is compared with `bench/reference-stream-proxy.ts`, a `node:http` + undici proxy that pipes the sample DAS server\'s answer through unparsed, ' +
@@ -1186,6 +1222,7 @@ async function main(): Promise<void> {
   await warmUp(`http://127.0.0.1:${bareWithHeaders.info.port}/`, [blockBody(hash, false)], halfWarmUp);
   await warmUp(proxyUrl, [blockBody(hash, false)], halfWarmUp);
 
+  memoryAfterRows = async () => `cache gateway ${await memoryBreakdown(cached)}`;
   console.log(`gateway pids: cache ${cached.child.pid}, no cache ${uncached.child.pid}, warn log ${quiet.child.pid}; load generator: ${LOADGEN}`);
   const viaGatewayDas = `${cached.origin}/das/v3/${secret}`;
   for (const limit of ASSET_LIMITS) {
@@ -1288,7 +1325,7 @@ async function main(): Promise<void> {
     }
     if (flags.only !== undefined) return { rows, checks: [] };
     const gatewayRss = [cached, uncached, quiet, ...(redisGateway === undefined ? [] : [redisGateway])].map((gateway) => rssBytes(gateway.child.pid) ?? 0);
-    return { rows, checks: targetChecks(rows, gatewayRss, redisGateway !== undefined) };
+    return { rows, checks: targetChecks(rows, gatewayRss, await memoryBreakdown(cached), redisGateway !== undefined) };
   }
 
   const runs: Array<{ rows: Measured[]; checks: Check[] }> = [];

@@ -1,4 +1,4 @@
-#!/usr/bin/env -S node --max-semi-space-size=64 --initial-old-space-size=128 --expose-gc
+#!/usr/bin/env -S node --max-semi-space-size=32 --initial-old-space-size=128 --expose-gc
 import { parseArgs } from 'node:util';
 import { existsSync, readFileSync } from 'node:fs';
 import { basename, extname } from 'node:path';

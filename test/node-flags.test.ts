@@ -21,7 +21,7 @@ describe('missingGatewayFlags', () => {
     expect(missingGatewayFlags(['--max-old-space-size=512'], '--inspect')).toEqual(GATEWAY_NODE_FLAGS);
     expect(missingGatewayFlags([...GATEWAY_NODE_FLAGS], '')).toEqual([]);
     expect(missingGatewayFlags(['--max_semi_space_size=32', '--expose_gc'], '--initial-old-space-size=512 --no-warnings')).toEqual([]);
-    expect(missingGatewayFlags(['--max-semi-space-size=64'], '')).toEqual(['--initial-old-space-size=128', '--expose-gc']);
+    expect(missingGatewayFlags(['--max-semi-space-size=32'], '')).toEqual(['--initial-old-space-size=128', '--expose-gc']);
   });
 
   it('finds none missing from the command npm start runs', () => {

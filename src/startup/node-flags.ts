@@ -10,6 +10,11 @@
  * (a young generation that what a request holds rarely outlives), 438 µs, at 0.87× the streaming
  * proxy's requests per second. The peak RSS of those runs was 20–100 MiB higher.
  *
+ * The young generation was later halved, to 32 MiB semi-spaces: under steady small requests it
+ * grows to its largest size and stays there, and two 64 MiB semi-spaces were 128 MiB of the
+ * gateway's RSS, with no loss measured in the bench's page and hit rows once the old
+ * generation's floor was set (docs/benchmarks.md, "Where the RSS after the run goes").
+ *
  * The same limit leaves a burst's buffers unfreed for as long as small requests take to fill it,
  * so `--expose-gc` lets the gateway ask for one full collection once a burst is over
  * (src/startup/heap-collection.ts).
@@ -18,7 +23,7 @@
  * (dist/cli.js) carries them in its first line, `npm start` passes them, and workers of
  * `serve --workers` inherit them. `tollgate serve` started another way without them says so.
  */
-export const GATEWAY_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=64', '--initial-old-space-size=128', '--expose-gc'];
+export const GATEWAY_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=32', '--initial-old-space-size=128', '--expose-gc'];
 
 /** A flag's name in one spelling (Node takes `_` for `-` in V8 flags). */
 const flagName = (flag: string): string => flag.replace(/^--/, '').split('=')[0]!.replaceAll('_', '-');
