@@ -39,7 +39,7 @@ import { stringify as toYaml } from 'yaml';
 import { seedAnvil } from '../src/devnet/anvil-seed.js';
 import { startAnvil } from '../src/devnet/anvil.js';
 import { ROOT, freePort } from './local-processes.js';
-import { GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
+import { GATEWAY_ENVIRONMENT, GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -112,7 +112,7 @@ try {
   const child = spawn('valgrind', [...valgrind, process.execPath, ...GATEWAY_NODE_FLAGS, '--perf-basic-prof', cli, 'serve', '--config', configFile], {
     cwd: tree,
     stdio: ['ignore', 'ignore', 'inherit'],
-    env: { ...process.env, TOLLGATE_LOG_LEVEL: flags['log-level'] },
+    env: { ...process.env, ...GATEWAY_ENVIRONMENT, TOLLGATE_LOG_LEVEL: flags['log-level'] },
   });
   gatewayPid = child.pid!;
   const control = (...args: string[]) => execFileSync('callgrind_control', [...args, String(gatewayPid)], { stdio: 'ignore' });

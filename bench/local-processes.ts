@@ -9,7 +9,7 @@ import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stringify as toYaml } from 'yaml';
-import { GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
+import { GATEWAY_ENVIRONMENT, GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export const CLI = join(ROOT, 'dist', 'cli.js');
@@ -91,7 +91,7 @@ export async function startGateway(options: {
   const child = spawn(process.execPath, [...GATEWAY_NODE_FLAGS, CLI, 'serve', '--config', configFile], {
     cwd: ROOT,
     stdio: ['ignore', logFd, logFd],
-    env: { ...process.env, TOLLGATE_LOG_LEVEL: options.logLevel ?? 'info' },
+    env: { ...process.env, ...GATEWAY_ENVIRONMENT, TOLLGATE_LOG_LEVEL: options.logLevel ?? 'info' },
   });
   closeSync(logFd);
   const url = `http://127.0.0.1:${port}${options.keyPath}`;

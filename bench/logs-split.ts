@@ -27,7 +27,7 @@ import { startAnvil } from '../src/devnet/anvil.js';
 import { buildEmittingChain } from '../test/helpers/log-emitter.js';
 import { cpuSeconds } from './proc-stats.js';
 import { CLI, ROOT, freePort, runCli } from './local-processes.js';
-import { GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
+import { GATEWAY_ENVIRONMENT, GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
 
 export const LOGS_SPLIT_SCENARIO = 'eth_getLogs split into 20 chunks';
 
@@ -113,7 +113,7 @@ export async function runLogsSplit(options: { calls: number; blocks?: number }):
       }),
     );
     const logFd = openSync(join(workDir, 'gateway.log'), 'a');
-    gateway = spawn(process.execPath, [...GATEWAY_NODE_FLAGS, CLI, 'serve', '--config', configFile], { cwd: ROOT, stdio: ['ignore', logFd, logFd], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn' } });
+    gateway = spawn(process.execPath, [...GATEWAY_NODE_FLAGS, CLI, 'serve', '--config', configFile], { cwd: ROOT, stdio: ['ignore', logFd, logFd], env: { ...process.env, ...GATEWAY_ENVIRONMENT, TOLLGATE_LOG_LEVEL: 'warn' } });
     closeSync(logFd);
     const gatewayUrl = `http://127.0.0.1:${port}/eth/v3/${secret}`;
     const adminOrigin = `http://127.0.0.1:${adminPort}`;

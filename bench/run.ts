@@ -50,7 +50,7 @@ import { CACHE_SCENARIO, formatCacheScenarios, runCacheScenarios } from './cache
 import { CLUSTER_PAIRS, formatRedisClusterCost, REDIS_CLUSTER_SCENARIO, runRedisClusterCost } from './redis-cluster-cost.js';
 import { DEFAULT_ROTATIONS, formatObservability, OBSERVABILITY_SCENARIO, runObservability } from './observability.js';
 import { BUDGETS_SCENARIO, formatBudgets, runBudgets } from './budgets.js';
-import { GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
+import { GATEWAY_ENVIRONMENT, GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI = join(ROOT, 'dist', 'cli.js');
@@ -334,7 +334,7 @@ async function startGatewayProcess(
     spawn(process.execPath, [...GATEWAY_FLAGS, ...nodeArgs, CLI, 'serve', '--config', configFile], {
       cwd: ROOT,
       stdio: ['ignore', logFd, logFd],
-      env: { ...process.env, TOLLGATE_LOG_LEVEL: options.logLevel },
+      env: { ...process.env, ...GATEWAY_ENVIRONMENT, TOLLGATE_LOG_LEVEL: options.logLevel },
     }),
   );
   closeSync(logFd);

@@ -33,7 +33,7 @@ import { startRedis, type RedisServer } from '../test/helpers/redis.js';
 import { cpuSeconds } from './proc-stats.js';
 import { findWrk, prepareWrk, runWrk } from './wrk.js';
 import { CLI, ROOT, freePort } from './local-processes.js';
-import { GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
+import { GATEWAY_ENVIRONMENT, GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
 
 export const WORKERS_SCENARIO = 'workers: 1 vs 2 (serve --workers)';
 
@@ -93,7 +93,7 @@ async function startGroup(options: { name: string; workers: number; cores: strin
   );
   // Workers inherit the primary's CPU affinity.
   const [command, args] = pinned(options.cores, process.execPath, [...GATEWAY_NODE_FLAGS, CLI, 'serve', '--config', configFile]);
-  const child = spawn(command, args, { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn' } });
+  const child = spawn(command, args, { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, ...GATEWAY_ENVIRONMENT, TOLLGATE_LOG_LEVEL: 'warn' } });
   child.once('exit', (code) => {
     if (code !== null && code !== 0) console.error(`${options.name} exited with ${code}`);
   });

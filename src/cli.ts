@@ -1,4 +1,4 @@
-#!/usr/bin/env -S node --max-semi-space-size=32 --initial-old-space-size=128 --expose-gc
+#!/usr/bin/env -S MALLOC_MMAP_THRESHOLD_=1048576 node --max-semi-space-size=32 --initial-old-space-size=128 --expose-gc
 import { parseArgs } from 'node:util';
 import { existsSync, readFileSync } from 'node:fs';
 import { basename, extname } from 'node:path';
@@ -6,7 +6,7 @@ import { ConfigError, loadConfigFile } from './config/load.js';
 import type { StoreConfig } from './config/schema.js';
 import { startGateway } from './gateway.js';
 import type { Logger } from './logging/logger.js';
-import { GATEWAY_NODE_FLAGS, missingGatewayFlags } from './startup/node-flags.js';
+import { GATEWAY_ENVIRONMENT, GATEWAY_NODE_FLAGS, missingGatewayEnvironment, missingGatewayFlags } from './startup/node-flags.js';
 import { resolveWorkerCount, serveWorkerGroup } from './cluster/worker-group.js';
 import { openStore, StoreConflictError, type Store } from './store/index.js';
 import { AdminError, createAdminService, type AdminService } from './admin/admin-service.js';
@@ -215,18 +215,21 @@ async function serve(values: Values): Promise<void> {
 }
 
 /**
- * The heap settings this process runs with (src/startup/node-flags.ts), said once at start: a
- * warning naming the gateway's Node flags it was started without, as `node dist/cli.js serve` is.
+ * The memory settings this process runs with (src/startup/node-flags.ts), said once at start: a
+ * warning naming the gateway's Node flags and allocator variables it was started without, as
+ * `node dist/cli.js serve` is.
  */
 function reportNodeFlags(logger: Logger): void {
   const missing = missingGatewayFlags();
-  if (missing.length === 0) {
-    logger.info({ nodeFlags: GATEWAY_NODE_FLAGS }, 'V8 heap settings');
+  const missingEnvironment = missingGatewayEnvironment();
+  if (missing.length === 0 && missingEnvironment.length === 0) {
+    logger.info({ nodeFlags: GATEWAY_NODE_FLAGS, environment: GATEWAY_ENVIRONMENT }, 'V8 heap settings');
     return;
   }
+  const recommendedEnvironment = Object.entries(GATEWAY_ENVIRONMENT).map(([name, value]) => `${name}=${value}`);
   logger.warn(
-    { missing, recommended: GATEWAY_NODE_FLAGS.join(' ') },
-    `V8 heap settings: Node was started without ${missing.join(' ')}, so under large answers the gateway may spend much of its CPU in full garbage collections, or keep a burst's memory long after it (the tollgate command passes them)`,
+    { missing: [...missing, ...missingEnvironment], recommended: [...recommendedEnvironment, 'node', ...GATEWAY_NODE_FLAGS].join(' ') },
+    `V8 heap settings: Node was started without ${[...missing, ...missingEnvironment].join(' ')}, so under large answers the gateway may spend much of its CPU in full garbage collections, or keep a burst's memory long after it (the tollgate command sets them)`,
   );
 }
 

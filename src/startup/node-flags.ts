@@ -21,9 +21,34 @@
  *
  * V8 reads these only when the process starts, so they are Node flags: the `tollgate` command
  * (dist/cli.js) carries them in its first line, `npm start` passes them, and workers of
- * `serve --workers` inherit them. `tollgate serve` started another way without them says so.
+ * `serve --workers` inherit them, as they do {@link GATEWAY_ENVIRONMENT}. `tollgate serve` started
+ * another way without them says so.
  */
 export const GATEWAY_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=32', '--initial-old-space-size=128', '--expose-gc'];
+
+/**
+ * The C allocator's setting the gateway runs with, an environment variable because glibc reads it
+ * only when the process starts (other C libraries ignore it).
+ *
+ * Node allocates a buffer's memory with `malloc`. glibc maps a large allocation (128 KiB or more
+ * at first) as memory of its own, which `free` gives back to the system at once; but once such a
+ * mapping has been freed, glibc raises that threshold to the freed size, and from then on
+ * allocations of that size come from its heap, which gives memory back only from its top. So the
+ * answer buffer pool's 2 MiB buffers were mapped until the first burst's were dropped, and taken
+ * from the heap after it: the next burst's stayed resident after they were dropped, with whatever
+ * lay above them. In the bench's run the heap held 160–196 MiB after the 1.6 MiB pages, of which
+ * V8 counted almost none as live (docs/benchmarks.md, "Where the RSS after the run goes").
+ * A fixed threshold (setting it turns the raising off) keeps every allocation of 1 MiB or more
+ * mapped and given back when freed: the pool's buffers, which it keeps while answers come, so
+ * they are mapped once per burst, not once per answer. A socket read's chunks (64 KiB at most)
+ * stay in the heap.
+ */
+export const GATEWAY_ENVIRONMENT: Readonly<Record<string, string>> = { MALLOC_MMAP_THRESHOLD_: String(1024 * 1024) };
+
+/** The names in {@link GATEWAY_ENVIRONMENT} that this process's environment does not set (to any value). */
+export function missingGatewayEnvironment(environment: NodeJS.ProcessEnv = process.env): string[] {
+  return Object.keys(GATEWAY_ENVIRONMENT).filter((name) => environment[name] === undefined);
+}
 
 /** A flag's name in one spelling (Node takes `_` for `-` in V8 flags). */
 const flagName = (flag: string): string => flag.replace(/^--/, '').split('=')[0]!.replaceAll('_', '-');

@@ -3,7 +3,7 @@
 // line. Every child still running when the test process exits is killed.
 
 import { spawn, type ChildProcess } from 'node:child_process';
-import { GATEWAY_NODE_FLAGS } from '../../src/startup/node-flags.js';
+import { GATEWAY_ENVIRONMENT, GATEWAY_NODE_FLAGS } from '../../src/startup/node-flags.js';
 import { CLI, ROOT } from './build.js';
 
 export type LogLine = Record<string, unknown>;
@@ -46,13 +46,14 @@ process.once('exit', () => {
 });
 
 export function spawnCli(args: string[], options: SpawnCliOptions = {}): CliProcess {
-  // Node's flags as the `tollgate` command starts it (its first line), unless a test asks for Node's defaults.
+  // Node's flags and allocator setting as the `tollgate` command starts it (its first line), unless a test asks for the defaults.
   const nodeFlags = options.nodeDefaults === true ? [] : GATEWAY_NODE_FLAGS;
+  const environment = options.nodeDefaults === true ? {} : GATEWAY_ENVIRONMENT;
   const [command, commandArgs] = options.asCommand === true ? [CLI, args] : [process.execPath, [...nodeFlags, ...(options.nodeArgs ?? []), CLI, ...args]];
   const child = spawn(command, commandArgs, {
     cwd: options.cwd ?? ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: options.env ?? { ...process.env, TOLLGATE_LOG_LEVEL: 'info' },
+    env: { ...environment, ...(options.env ?? { ...process.env, TOLLGATE_LOG_LEVEL: 'info' }) },
   });
   running.add(child);
   const lines: LogLine[] = [];
