@@ -3,7 +3,6 @@
 // full collection after full collection, and with a C allocator that gives a burst's buffers back;
 // `tollgate serve` started without them says so at start.
 
-import { execFileSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -42,44 +41,6 @@ describe('missingGatewayEnvironment', () => {
   });
 });
 
-/** Resident KiB of a process's C allocator heap (the `[heap]` mapping). */
-const SMAPS_HEAP_SCRIPT = `
-const { readFileSync } = require('node:fs');
-const heapKiB = () => {
-  const smaps = readFileSync('/proc/self/smaps', 'utf8');
-  const start = smaps.search(/ \\[heap\\]\\n/);
-  return start < 0 ? 0 : Number(/^Rss:\\s+(\\d+) kB/m.exec(smaps.slice(start))[1]);
-};
-// Two bursts of what the answer buffer pool holds at most: 32 buffers of its 2 MiB size, filled,
-// then dropped and collected. Between them the process makes small allocations it keeps (as a
-// gateway does all the time), so freed memory cannot simply be trimmed off the heap's top.
-const kept = [];
-const burst = () => {
-  let held = [];
-  for (let i = 0; i < 32; i++) { held.push(Buffer.allocUnsafeSlow(2 * 1024 * 1024).fill(1)); kept.push(Buffer.allocUnsafeSlow(1024)); }
-  held = null;
-  gc();
-};
-burst();
-setTimeout(() => { gc(); burst(); setTimeout(() => { gc(); console.log(JSON.stringify({ heapKiB: heapKiB() })); }, 100); }, 100);
-`;
-
-describe.skipIf(process.platform !== 'linux' || (process.report.getReport() as { header?: { glibcVersionRuntime?: string } }).header?.glibcVersionRuntime === undefined)(
-  'the allocator setting (glibc)',
-  () => {
-    const heapAfterTwoBursts = (environment: Record<string, string>): number => {
-      const output = execFileSync(process.execPath, ['--expose-gc', '-e', SMAPS_HEAP_SCRIPT], { env: { PATH: process.env['PATH'], ...environment }, encoding: 'utf8' });
-      return (JSON.parse(output) as { heapKiB: number }).heapKiB;
-    };
-
-    it('gives a second burst of pool-sized buffers back to the system once they are freed; glibc alone keeps them', () => {
-      // Without the setting the first burst's freed mappings raise glibc's threshold, the second
-      // burst comes from its heap, and most of its 64 MiB stays resident after it is freed.
-      expect(heapAfterTwoBursts({})).toBeGreaterThan(32 * 1024);
-      expect(heapAfterTwoBursts(GATEWAY_ENVIRONMENT as Record<string, string>)).toBeLessThan(8 * 1024);
-    });
-  },
-);
 
 describe('tollgate serve', () => {
   const MiB = 1024 * 1024;

@@ -12,8 +12,9 @@
  *
  * The young generation was later halved, to 32 MiB semi-spaces: under steady small requests it
  * grows to its largest size and stays there, and two 64 MiB semi-spaces were 128 MiB of the
- * gateway's RSS, with no loss measured in the bench's page and hit rows once the old
- * generation's floor was set (docs/benchmarks.md, "Where the RSS after the run goes").
+ * gateway's RSS. Once the old generation's floor was set, short bench invocations showed no
+ * loss from the smaller size in the page and hit rows (docs/benchmarks.md, "Where the RSS after
+ * the run goes").
  *
  * The same limit leaves a burst's buffers unfreed for as long as small requests take to fill it,
  * so `--expose-gc` lets the gateway ask for one full collection once a burst is over
@@ -33,10 +34,10 @@ export const GATEWAY_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=32'
  * Node allocates a buffer's memory with `malloc`. glibc maps a large allocation (128 KiB or more
  * at first) as memory of its own, which `free` gives back to the system at once; but once such a
  * mapping has been freed, glibc raises that threshold to the freed size, and from then on
- * allocations of that size come from its heap, which gives memory back only from its top. So the
- * answer buffer pool's 2 MiB buffers were mapped until the first burst's were dropped, and taken
- * from the heap after it: the next burst's stayed resident after they were dropped, with whatever
- * lay above them. In the bench's run the heap held 160–196 MiB after the 1.6 MiB pages, of which
+ * allocations of that size come from its heap, which gives memory back only from its top. The
+ * bench's rows fit that: the answer buffer pool's 2 MiB buffers mapped until the first burst's
+ * were dropped and taken from the heap after it, so a later burst's stayed resident after they
+ * were dropped, under whatever lay above them. In the bench's runs the heap held 128–196 MiB after the 1.6 MiB pages, of which
  * V8 counted almost none as live (docs/benchmarks.md, "Where the RSS after the run goes").
  * A fixed threshold (setting it turns the raising off) keeps every allocation of 1 MiB or more
  * mapped and given back when freed: the pool's buffers, which it keeps while answers come, so

@@ -46,9 +46,10 @@ process.once('exit', () => {
 });
 
 export function spawnCli(args: string[], options: SpawnCliOptions = {}): CliProcess {
-  // Node's flags and allocator setting as the `tollgate` command starts it (its first line), unless a test asks for the defaults.
+  // Node's flags and allocator setting as the `tollgate` command starts it (its first line), unless
+  // a test asks for the defaults; run as the command itself, it sets them on its own.
   const nodeFlags = options.nodeDefaults === true ? [] : GATEWAY_NODE_FLAGS;
-  const environment = options.nodeDefaults === true ? {} : GATEWAY_ENVIRONMENT;
+  const environment = options.nodeDefaults === true || options.asCommand === true ? {} : GATEWAY_ENVIRONMENT;
   const [command, commandArgs] = options.asCommand === true ? [CLI, args] : [process.execPath, [...nodeFlags, ...(options.nodeArgs ?? []), CLI, ...args]];
   const child = spawn(command, commandArgs, {
     cwd: options.cwd ?? ROOT,
