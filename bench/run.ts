@@ -807,7 +807,7 @@ function report(runs: ReadonlyArray<{ rows: Measured[]; checks: Check[] }>, fact
       `${RUNS} full run${RUNS === 1 ? '' : 's'} of every scenario, one after the other, on the same server processes.`,
   );
   lines.push(
-    `- Gateway: \`node ${GATEWAY_FLAGS.join(' ')} dist/cli.js serve\` (${GATEWAY_FLAGS === GATEWAY_NODE_FLAGS ? "the tollgate command's Node flags" : 'BENCH_GATEWAY_FLAGS, not the tollgate command\'s Node flags'}) as its own process; SQLite store (WAL, temp dir) with metering on (every call charged); ` +
+    `- Gateway: \`${Object.entries(GATEWAY_ENVIRONMENT).map(([name, value]) => `${name}=${value} `).join('')}node ${GATEWAY_FLAGS.join(' ')} dist/cli.js serve\` (${GATEWAY_FLAGS === GATEWAY_NODE_FLAGS ? "the tollgate command's Node flags" : 'BENCH_GATEWAY_FLAGS, not the tollgate command\'s Node flags'}) as its own process; SQLite store (WAL, temp dir) with metering on (every call charged); ` +
       `cache \`maxBytes\` ${CACHE_MAX_BYTES / MIB} MiB; the default log level \`info\` (one JSON line per request) unless the row says \`warn\`; ` +
       'its log goes to a file. Team and key made with `tollgate teams create` / `keys create`. The Redis-store row is a fourth gateway on a local `redis-server` (no persistence), with the team and key copied by `tollgate migrate`. ' +
       '`getAssetsByGroup` is compared with `bench/reference-stream-proxy.ts`, a `node:http` + undici proxy that pipes the sample DAS server\'s answer through unparsed, ' +
