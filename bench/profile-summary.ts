@@ -2,7 +2,11 @@
 // the CPU was when it was busy (idle time left out), by self time per area (tollgate module,
 // package, node core, V8) and per function, and by inclusive time per function.
 //
-//   node --import tsx bench/profile-summary.ts <file.cpuprofile> [top=40]
+//   node --import tsx bench/profile-summary.ts <file.cpuprofile> [top=40] [--last SECONDS]
+//
+// `--last` keeps only the samples of the profile's last SECONDS: a gateway's profile covers its
+// start and the bench's warm-up of every kind of call, and the rounds of one `--only` scenario are
+// the end of it.
 
 import { readFileSync } from 'node:fs';
 
@@ -18,10 +22,15 @@ interface Profile {
   timeDeltas: number[];
 }
 
-const [file, topArg] = process.argv.slice(2);
-if (file === undefined) throw new Error('usage: profile-summary.ts <file.cpuprofile> [top]');
+const args = process.argv.slice(2);
+const lastAt = args.indexOf('--last');
+const lastSeconds = lastAt === -1 ? undefined : Number(args.splice(lastAt, 2)[1]);
+const [file, topArg] = args;
+if (file === undefined) throw new Error('usage: profile-summary.ts <file.cpuprofile> [top] [--last SECONDS]');
 const profile = JSON.parse(readFileSync(file, 'utf8')) as Profile;
 const top = Number(topArg ?? 40);
+const profileDuration = profile.timeDeltas.reduce((sum, delta) => sum + delta, 0);
+const keepFrom = lastSeconds === undefined ? 0 : profileDuration - lastSeconds * 1e6;
 
 const byId = new Map(profile.nodes.map((node) => [node.id, node]));
 const parentOf = new Map<number, number>();
@@ -48,8 +57,11 @@ const areas = new Map<string, number>();
 const inclusive = new Map<string, number>();
 let busy = 0;
 let idle = 0;
+let elapsed = 0;
 profile.samples.forEach((id, index) => {
   const us = profile.timeDeltas[index] ?? 0;
+  elapsed += us;
+  if (elapsed < keepFrom) return;
   const node = byId.get(id)!;
   if (node.callFrame.functionName === '(idle)') {
     idle += us;
