@@ -21,8 +21,7 @@ import { seedAnvil } from '../src/devnet/anvil-seed.js';
 import { startAnvil } from '../src/devnet/anvil.js';
 import { cpuSeconds } from './proc-stats.js';
 import { findWrk, measuredRound, medianPairRatio, prepareWrk, summariseRounds, type MeasuredRound } from './wrk.js';
-import { CLI, ROOT, freePort, runCli } from './local-processes.js';
-import { GATEWAY_ENVIRONMENT, GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
+import { ROOT, freePort, gatewayCommand, runCli } from './local-processes.js';
 
 export const CACHE_SCENARIO = 'response cache: receipt, eth_call and shared-tier hits, memory per 100k entries';
 
@@ -122,7 +121,8 @@ export async function runCacheScenarios(options: { seconds: number }): Promise<C
         }),
       );
       const logFd = openSync(join(workDir, `${name}.log`), 'a');
-      const child = spawn(process.execPath, [...GATEWAY_NODE_FLAGS, CLI, 'serve', '--config', configFile], { cwd: ROOT, stdio: ['ignore', logFd, logFd], env: { ...process.env, ...GATEWAY_ENVIRONMENT, TOLLGATE_LOG_LEVEL: 'warn' } });
+      const command = gatewayCommand(configFile, { logLevel: 'warn' });
+      const child = spawn(process.execPath, command.args, { cwd: ROOT, stdio: ['ignore', logFd, logFd], env: command.env });
       closeSync(logFd);
       children.push(child);
       const url = `http://127.0.0.1:${port}/eth/v3/${secret}`;

@@ -38,8 +38,7 @@ import { Pool } from 'undici';
 import { stringify as toYaml } from 'yaml';
 import { seedAnvil } from '../src/devnet/anvil-seed.js';
 import { startAnvil } from '../src/devnet/anvil.js';
-import { ROOT, freePort } from './local-processes.js';
-import { GATEWAY_ENVIRONMENT, GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
+import { ROOT, freePort, gatewayCommand } from './local-processes.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -109,11 +108,8 @@ try {
     '--separate-threads=yes',
     `--callgrind-out-file=${join(outDir, 'callgrind.out.%p')}`,
   ];
-  const child = spawn('valgrind', [...valgrind, process.execPath, ...GATEWAY_NODE_FLAGS, '--perf-basic-prof', cli, 'serve', '--config', configFile], {
-    cwd: tree,
-    stdio: ['ignore', 'ignore', 'inherit'],
-    env: { ...process.env, ...GATEWAY_ENVIRONMENT, TOLLGATE_LOG_LEVEL: flags['log-level'] },
-  });
+  const gateway = gatewayCommand(configFile, { logLevel: flags['log-level'], extraFlags: ['--perf-basic-prof'], cli });
+  const child = spawn('valgrind', [...valgrind, process.execPath, ...gateway.args], { cwd: tree, stdio: ['ignore', 'ignore', 'inherit'], env: gateway.env });
   gatewayPid = child.pid!;
   const control = (...args: string[]) => execFileSync('callgrind_control', [...args, String(gatewayPid)], { stdio: 'ignore' });
 

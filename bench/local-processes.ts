@@ -1,6 +1,6 @@
 // What the benches that start their own gateways share: a free loopback port, the built CLI
-// (`dist/cli.js`, so run `npm run build` first) for making teams and keys, and a gateway process
-// pinned to one core.
+// (`dist/cli.js`, so run `npm run build` first) for making teams and keys, the command and
+// environment every bench starts a gateway with, and a gateway process pinned to one core.
 
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, openSync, writeFileSync } from 'node:fs';
@@ -69,6 +69,21 @@ export interface GatewayChild {
 }
 
 /**
+ * How every bench starts a gateway: `node` with the `tollgate` command's Node flags (or `flags`),
+ * then `extraFlags`, `cli serve --config <configFile>`, with the command's allocator setting and
+ * the log level in its environment: the gateway measured as the command runs it.
+ */
+export function gatewayCommand(
+  configFile: string,
+  options: { logLevel: string; flags?: readonly string[]; extraFlags?: readonly string[]; cli?: string },
+): { args: string[]; env: NodeJS.ProcessEnv } {
+  return {
+    args: [...(options.flags ?? GATEWAY_NODE_FLAGS), ...(options.extraFlags ?? []), options.cli ?? CLI, 'serve', '--config', configFile],
+    env: { ...process.env, ...GATEWAY_ENVIRONMENT, TOLLGATE_LOG_LEVEL: options.logLevel },
+  };
+}
+
+/**
  * `node dist/cli.js serve` with `config` plus its RPC and admin listeners on free ports, logging
  * (at `logLevel`, by default info) to `<dir>/<name>.log`, every thread pinned to {@link GATEWAY_CPU}; resolves
  * once `eth_chainId` at `keyPath` answers 200.
@@ -88,11 +103,8 @@ export async function startGateway(options: {
     toYaml({ server: { host: '127.0.0.1', port }, admin: { host: '127.0.0.1', port: adminPort, token: ADMIN_TOKEN }, ...options.config }),
   );
   const logFd = openSync(join(options.dir, `${options.name}.log`), 'a');
-  const child = spawn(process.execPath, [...GATEWAY_NODE_FLAGS, CLI, 'serve', '--config', configFile], {
-    cwd: ROOT,
-    stdio: ['ignore', logFd, logFd],
-    env: { ...process.env, ...GATEWAY_ENVIRONMENT, TOLLGATE_LOG_LEVEL: options.logLevel ?? 'info' },
-  });
+  const command = gatewayCommand(configFile, { logLevel: options.logLevel ?? 'info' });
+  const child = spawn(process.execPath, command.args, { cwd: ROOT, stdio: ['ignore', logFd, logFd], env: command.env });
   closeSync(logFd);
   const url = `http://127.0.0.1:${port}${options.keyPath}`;
   if (GATEWAY_CPU !== undefined) pinProcess(child.pid!, GATEWAY_CPU);

@@ -26,8 +26,7 @@ import { stringify as toYaml } from 'yaml';
 import { startAnvil } from '../src/devnet/anvil.js';
 import { buildEmittingChain } from '../test/helpers/log-emitter.js';
 import { cpuSeconds } from './proc-stats.js';
-import { CLI, ROOT, freePort, runCli } from './local-processes.js';
-import { GATEWAY_ENVIRONMENT, GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
+import { ROOT, freePort, gatewayCommand, runCli } from './local-processes.js';
 
 export const LOGS_SPLIT_SCENARIO = 'eth_getLogs split into 20 chunks';
 
@@ -113,7 +112,8 @@ export async function runLogsSplit(options: { calls: number; blocks?: number }):
       }),
     );
     const logFd = openSync(join(workDir, 'gateway.log'), 'a');
-    gateway = spawn(process.execPath, [...GATEWAY_NODE_FLAGS, CLI, 'serve', '--config', configFile], { cwd: ROOT, stdio: ['ignore', logFd, logFd], env: { ...process.env, ...GATEWAY_ENVIRONMENT, TOLLGATE_LOG_LEVEL: 'warn' } });
+    const command = gatewayCommand(configFile, { logLevel: 'warn' });
+    gateway = spawn(process.execPath, command.args, { cwd: ROOT, stdio: ['ignore', logFd, logFd], env: command.env });
     closeSync(logFd);
     const gatewayUrl = `http://127.0.0.1:${port}/eth/v3/${secret}`;
     const adminOrigin = `http://127.0.0.1:${adminPort}`;

@@ -30,8 +30,7 @@ import { startRedis, startRedisCluster, type RedisCluster, type RedisServer } fr
 import { redisCost, redisSnapshotter, type RedisCost, type RedisSnapshot } from './redis-cost.js';
 import { cpuSeconds } from './proc-stats.js';
 import { findWrk, median, prepareWrk, runWrk, type WrkRound } from './wrk.js';
-import { CAN_PIN, CLI, freePort, pinProcess } from './local-processes.js';
-import { GATEWAY_ENVIRONMENT, GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
+import { CAN_PIN, freePort, gatewayCommand, pinProcess } from './local-processes.js';
 
 export const REDIS_CLUSTER_SCENARIO = 'Redis Cluster: commands and Redis CPU per call against one Redis';
 /**
@@ -169,7 +168,8 @@ async function startUpstream(): Promise<Server> {
  * listener answers `/readyz` 200. (At log level warn the "gateway listening" line is not written.)
  */
 async function startGateway(configFile: string, ports: { rpc: number; admin: number }): Promise<{ child: ChildProcess; origin: string }> {
-  const child = spawn(process.execPath, [...GATEWAY_NODE_FLAGS, CLI, 'serve', '--config', configFile], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, ...GATEWAY_ENVIRONMENT, TOLLGATE_LOG_LEVEL: 'warn' } });
+  const command = gatewayCommand(configFile, { logLevel: 'warn' });
+  const child = spawn(process.execPath, command.args, { stdio: ['ignore', 'ignore', 'inherit'], env: command.env });
   let exited: number | null | undefined;
   child.once('exit', (code) => (exited = code));
   for (;;) {

@@ -35,7 +35,6 @@ import { connect, createServer } from 'node:net';
 import { cpus, arch, platform, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { isDeepStrictEqual, parseArgs } from 'node:util';
-import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 import { stringify as toYaml } from 'yaml';
 import { seedAnvil } from '../src/devnet/anvil-seed.js';
@@ -51,9 +50,8 @@ import { CLUSTER_PAIRS, formatRedisClusterCost, REDIS_CLUSTER_SCENARIO, runRedis
 import { DEFAULT_ROTATIONS, formatObservability, OBSERVABILITY_SCENARIO, runObservability } from './observability.js';
 import { BUDGETS_SCENARIO, formatBudgets, runBudgets } from './budgets.js';
 import { GATEWAY_ENVIRONMENT, GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
+import { CLI, ROOT, gatewayCommand } from './local-processes.js';
 
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const CLI = join(ROOT, 'dist', 'cli.js');
 const DOC = join(ROOT, 'docs', 'benchmarks.md');
 const START_MARKER = '<!-- bench:start -->';
 const END_MARKER = '<!-- bench:end -->';
@@ -329,13 +327,10 @@ async function startGatewayProcess(
   writeFileSync(configFile, toYaml(config));
   const logFile = join(dir, `${name}.log`);
   const logFd = openSync(logFile, 'a');
-  const nodeArgs = options.profileDir === undefined ? [] : ['--cpu-prof', '--cpu-prof-dir', options.profileDir, '--cpu-prof-name', `${name}.cpuprofile`];
+  const profileFlags = options.profileDir === undefined ? [] : ['--cpu-prof', '--cpu-prof-dir', options.profileDir, '--cpu-prof-name', `${name}.cpuprofile`];
+  const command = gatewayCommand(configFile, { logLevel: options.logLevel, flags: GATEWAY_FLAGS, extraFlags: profileFlags });
   const child = track(
-    spawn(process.execPath, [...GATEWAY_FLAGS, ...nodeArgs, CLI, 'serve', '--config', configFile], {
-      cwd: ROOT,
-      stdio: ['ignore', logFd, logFd],
-      env: { ...process.env, ...GATEWAY_ENVIRONMENT, TOLLGATE_LOG_LEVEL: options.logLevel },
-    }),
+    spawn(process.execPath, command.args, { cwd: ROOT, stdio: ['ignore', logFd, logFd], env: command.env }),
   );
   closeSync(logFd);
   const origin = `http://127.0.0.1:${port}`;

@@ -32,8 +32,7 @@ import { openStore } from '../src/store/index.js';
 import { startRedis, type RedisServer } from '../test/helpers/redis.js';
 import { cpuSeconds } from './proc-stats.js';
 import { findWrk, prepareWrk, runWrk } from './wrk.js';
-import { CLI, ROOT, freePort } from './local-processes.js';
-import { GATEWAY_ENVIRONMENT, GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
+import { CLI, ROOT, freePort, gatewayCommand } from './local-processes.js';
 
 export const WORKERS_SCENARIO = 'workers: 1 vs 2 (serve --workers)';
 
@@ -92,8 +91,9 @@ async function startGroup(options: { name: string; workers: number; cores: strin
     }),
   );
   // Workers inherit the primary's CPU affinity.
-  const [command, args] = pinned(options.cores, process.execPath, [...GATEWAY_NODE_FLAGS, CLI, 'serve', '--config', configFile]);
-  const child = spawn(command, args, { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, ...GATEWAY_ENVIRONMENT, TOLLGATE_LOG_LEVEL: 'warn' } });
+  const gateway = gatewayCommand(configFile, { logLevel: 'warn' });
+  const [command, args] = pinned(options.cores, process.execPath, gateway.args);
+  const child = spawn(command, args, { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'], env: gateway.env });
   child.once('exit', (code) => {
     if (code !== null && code !== 0) console.error(`${options.name} exited with ${code}`);
   });

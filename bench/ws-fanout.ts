@@ -25,8 +25,7 @@ import { startAnvil } from '../src/devnet/anvil.js';
 import { WebSocket } from '../src/websocket/ws-library.js';
 import { startWsProxy } from '../test/helpers/ws-proxy.js';
 import { cpuSeconds, rssBytes } from './proc-stats.js';
-import { CLI, ROOT, freePort, runCli } from './local-processes.js';
-import { GATEWAY_ENVIRONMENT, GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
+import { ROOT, freePort, gatewayCommand, runCli } from './local-processes.js';
 
 export const WS_FANOUT_SCENARIO = 'newHeads fan-out over WebSocket';
 
@@ -100,7 +99,8 @@ export async function runWsFanout(options: WsFanoutOptions): Promise<WsFanoutRes
       }),
     );
     const logFd = openSync(join(workDir, 'gateway.log'), 'a');
-    gateway = spawn(process.execPath, [...GATEWAY_NODE_FLAGS, CLI, 'serve', '--config', configFile], { cwd: ROOT, stdio: ['ignore', logFd, logFd], env: { ...process.env, ...GATEWAY_ENVIRONMENT, TOLLGATE_LOG_LEVEL: 'warn' } });
+    const command = gatewayCommand(configFile, { logLevel: 'warn' });
+    gateway = spawn(process.execPath, command.args, { cwd: ROOT, stdio: ['ignore', logFd, logFd], env: command.env });
     closeSync(logFd);
     const origin = `127.0.0.1:${port}`;
     for (let tries = 0; ; tries += 1) {
