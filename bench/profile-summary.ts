@@ -25,6 +25,7 @@ interface Profile {
 const args = process.argv.slice(2);
 const lastAt = args.indexOf('--last');
 const lastSeconds = lastAt === -1 ? undefined : Number(args.splice(lastAt, 2)[1]);
+if (lastSeconds !== undefined && !(lastSeconds > 0)) throw new Error('--last takes a number of seconds above 0');
 const [file, topArg] = args;
 if (file === undefined) throw new Error('usage: profile-summary.ts <file.cpuprofile> [top] [--last SECONDS]');
 const profile = JSON.parse(readFileSync(file, 'utf8')) as Profile;
