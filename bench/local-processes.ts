@@ -68,17 +68,20 @@ export interface GatewayChild {
   adminOrigin: string;
 }
 
+/** The bench gateways' Node flags: the `tollgate` command's, or `BENCH_GATEWAY_FLAGS` (space-separated) to measure others. */
+export const GATEWAY_FLAGS: readonly string[] = process.env['BENCH_GATEWAY_FLAGS']?.split(/\s+/).filter((flag) => flag !== '') ?? GATEWAY_NODE_FLAGS;
+
 /**
- * How every bench starts a gateway: `node` with the `tollgate` command's Node flags (or `flags`),
- * then `extraFlags`, `cli serve --config <configFile>`, with the command's allocator setting and
- * the log level in its environment: the gateway measured as the command runs it.
+ * How every bench starts a gateway: `node` with {@link GATEWAY_FLAGS}, then `extraFlags`, `cli
+ * serve --config <configFile>`, with the command's allocator setting and the log level in its
+ * environment: the gateway measured as the command runs it.
  */
 export function gatewayCommand(
   configFile: string,
-  options: { logLevel: string; flags?: readonly string[]; extraFlags?: readonly string[]; cli?: string },
+  options: { logLevel: string; extraFlags?: readonly string[]; cli?: string },
 ): { args: string[]; env: NodeJS.ProcessEnv } {
   return {
-    args: [...(options.flags ?? GATEWAY_NODE_FLAGS), ...(options.extraFlags ?? []), options.cli ?? CLI, 'serve', '--config', configFile],
+    args: [...GATEWAY_FLAGS, ...(options.extraFlags ?? []), options.cli ?? CLI, 'serve', '--config', configFile],
     env: { ...process.env, ...GATEWAY_ENVIRONMENT, TOLLGATE_LOG_LEVEL: options.logLevel },
   };
 }

@@ -49,8 +49,8 @@ import { CACHE_SCENARIO, formatCacheScenarios, runCacheScenarios } from './cache
 import { CLUSTER_PAIRS, formatRedisClusterCost, REDIS_CLUSTER_SCENARIO, runRedisClusterCost } from './redis-cluster-cost.js';
 import { DEFAULT_ROTATIONS, formatObservability, OBSERVABILITY_SCENARIO, runObservability } from './observability.js';
 import { BUDGETS_SCENARIO, formatBudgets, runBudgets } from './budgets.js';
-import { GATEWAY_ENVIRONMENT, GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
-import { CLI, ROOT, gatewayCommand } from './local-processes.js';
+import { GATEWAY_ENVIRONMENT_ASSIGNMENTS, GATEWAY_NODE_FLAGS } from '../src/startup/node-flags.js';
+import { CLI, GATEWAY_FLAGS, ROOT, gatewayCommand } from './local-processes.js';
 
 const DOC = join(ROOT, 'docs', 'benchmarks.md');
 const START_MARKER = '<!-- bench:start -->';
@@ -112,8 +112,6 @@ const WARN_SCENARIO = 'cache hit, hydrated=false, log level warn';
  * large answers, misses and batches costs a hit).
  */
 const FRESH_WARN_SCENARIO = 'cache hit, hydrated=false, log level warn, on a gateway that served only this hit';
-/** The gateways' Node flags: the `tollgate` command's, or `BENCH_GATEWAY_FLAGS` (space-separated) to measure others. */
-const GATEWAY_FLAGS: readonly string[] = process.env['BENCH_GATEWAY_FLAGS']?.split(/\s+/).filter((flag) => flag !== '') ?? GATEWAY_NODE_FLAGS;
 /** The admin token of the bench's gateways (their admin listeners are on loopback). */
 const BENCH_ADMIN_TOKEN = 'bench-admin-token-0123456789abcdef';
 /** A browser key: origin and method lists, the allowed Origin sent; its reference is the plain key on the same gateway. */
@@ -328,7 +326,7 @@ async function startGatewayProcess(
   const logFile = join(dir, `${name}.log`);
   const logFd = openSync(logFile, 'a');
   const profileFlags = options.profileDir === undefined ? [] : ['--cpu-prof', '--cpu-prof-dir', options.profileDir, '--cpu-prof-name', `${name}.cpuprofile`];
-  const command = gatewayCommand(configFile, { logLevel: options.logLevel, flags: GATEWAY_FLAGS, extraFlags: profileFlags });
+  const command = gatewayCommand(configFile, { logLevel: options.logLevel, extraFlags: profileFlags });
   const child = track(
     spawn(process.execPath, command.args, { cwd: ROOT, stdio: ['ignore', logFd, logFd], env: command.env }),
   );
@@ -802,7 +800,7 @@ function report(runs: ReadonlyArray<{ rows: Measured[]; checks: Check[] }>, fact
       `${RUNS} full run${RUNS === 1 ? '' : 's'} of every scenario, one after the other, on the same server processes.`,
   );
   lines.push(
-    `- Gateway: \`${Object.entries(GATEWAY_ENVIRONMENT).map(([name, value]) => `${name}=${value} `).join('')}node ${GATEWAY_FLAGS.join(' ')} dist/cli.js serve\` (${GATEWAY_FLAGS === GATEWAY_NODE_FLAGS ? "the tollgate command's Node flags" : 'BENCH_GATEWAY_FLAGS, not the tollgate command\'s Node flags'}) as its own process; SQLite store (WAL, temp dir) with metering on (every call charged); ` +
+    `- Gateway: \`${GATEWAY_ENVIRONMENT_ASSIGNMENTS} node ${GATEWAY_FLAGS.join(' ')} dist/cli.js serve\` (${GATEWAY_FLAGS === GATEWAY_NODE_FLAGS ? "the tollgate command's Node flags" : 'BENCH_GATEWAY_FLAGS, not the tollgate command\'s Node flags'}) as its own process; SQLite store (WAL, temp dir) with metering on (every call charged); ` +
       `cache \`maxBytes\` ${CACHE_MAX_BYTES / MIB} MiB; the default log level \`info\` (one JSON line per request) unless the row says \`warn\`; ` +
       'its log goes to a file. Team and key made with `tollgate teams create` / `keys create`. The Redis-store row is a fourth gateway on a local `redis-server` (no persistence), with the team and key copied by `tollgate migrate`. ' +
       '`getAssetsByGroup` is compared with `bench/reference-stream-proxy.ts`, a `node:http` + undici proxy that pipes the sample DAS server\'s answer through unparsed, ' +

@@ -6,7 +6,7 @@ import { ConfigError, loadConfigFile } from './config/load.js';
 import type { StoreConfig } from './config/schema.js';
 import { startGateway } from './gateway.js';
 import type { Logger } from './logging/logger.js';
-import { GATEWAY_ENVIRONMENT, GATEWAY_NODE_FLAGS, missingGatewayEnvironment, missingGatewayFlags } from './startup/node-flags.js';
+import { GATEWAY_ENVIRONMENT, GATEWAY_ENVIRONMENT_ASSIGNMENTS, GATEWAY_NODE_FLAGS, missingGatewayEnvironment, missingGatewayFlags } from './startup/node-flags.js';
 import { resolveWorkerCount, serveWorkerGroup } from './cluster/worker-group.js';
 import { openStore, StoreConflictError, type Store } from './store/index.js';
 import { AdminError, createAdminService, type AdminService } from './admin/admin-service.js';
@@ -220,16 +220,14 @@ async function serve(values: Values): Promise<void> {
  * `node dist/cli.js serve` is.
  */
 function reportNodeFlags(logger: Logger): void {
-  const missing = missingGatewayFlags();
-  const missingEnvironment = missingGatewayEnvironment();
-  if (missing.length === 0 && missingEnvironment.length === 0) {
+  const missing = [...missingGatewayFlags(), ...missingGatewayEnvironment()];
+  if (missing.length === 0) {
     logger.info({ nodeFlags: GATEWAY_NODE_FLAGS, environment: GATEWAY_ENVIRONMENT }, 'V8 heap settings');
     return;
   }
-  const recommendedEnvironment = Object.entries(GATEWAY_ENVIRONMENT).map(([name, value]) => `${name}=${value}`);
   logger.warn(
-    { missing: [...missing, ...missingEnvironment], recommended: [...recommendedEnvironment, 'node', ...GATEWAY_NODE_FLAGS].join(' ') },
-    `V8 heap settings: Node was started without ${[...missing, ...missingEnvironment].join(' ')}, so under large answers the gateway may spend much of its CPU in full garbage collections, or keep a burst's memory long after it (the tollgate command sets them)`,
+    { missing, recommended: `${GATEWAY_ENVIRONMENT_ASSIGNMENTS} node ${GATEWAY_NODE_FLAGS.join(' ')}` },
+    `V8 heap settings: Node was started without ${missing.join(' ')}, so under large answers the gateway may spend much of its CPU in full garbage collections, or keep a burst's memory long after it (the tollgate command sets them)`,
   );
 }
 

@@ -41,7 +41,6 @@ describe('missingGatewayEnvironment', () => {
   });
 });
 
-
 describe('tollgate serve', () => {
   const MiB = 1024 * 1024;
   /** A 1.5 MiB `getAssetsByGroup` page: each answer is collected in a 2 MiB pooled buffer. */
