@@ -214,7 +214,7 @@ async function startTargetGateway(
 }
 
 /** The process id of the Redis at `url` (`INFO server`). */
-async function redisPid(url: string): Promise<number> {
+export async function redisPid(url: string): Promise<number> {
   const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 });
   try {
     await client.connect();
@@ -225,7 +225,7 @@ async function redisPid(url: string): Promise<number> {
 }
 
 /** Makes `replica` a replica of `primary` and waits until the link is up. */
-async function replicate(replica: RedisServer, primary: RedisServer): Promise<void> {
+export async function replicate(replica: RedisServer, primary: RedisServer): Promise<void> {
   const client = new Redis(replica.url);
   try {
     await client.replicaof('127.0.0.1', primary.port);

@@ -13,6 +13,8 @@ import { until } from './until.js';
 export interface RedisOptions {
   /** `--appendonly yes --appendfsync always` in a temp dir: what was acknowledged survives a SIGKILL. */
   persistent?: boolean;
+  /** More `redis-server` arguments, e.g. `--cluster-enabled yes` for a one-node cluster (bench controls). */
+  serverArgs?: readonly string[];
 }
 
 export interface RedisServer {
@@ -133,7 +135,7 @@ export async function startRedis(options: RedisOptions = {}): Promise<RedisServe
   for (let attempt = 0; child === undefined; attempt += 1) {
     port = await freePort();
     try {
-      child = await spawnRedis(port, dir, persistent);
+      child = await spawnRedis(port, dir, persistent, options.serverArgs);
     } catch (error) {
       if (!(error instanceof AddressInUseError) || attempt >= 5) throw error;
     }
@@ -160,7 +162,7 @@ export async function startRedis(options: RedisOptions = {}): Promise<RedisServe
       // The same port must be used (clients reconnect to it); it may linger briefly in use.
       for (let attempt = 0; ; attempt += 1) {
         try {
-          child = await spawnRedis(port, dir, persistent);
+          child = await spawnRedis(port, dir, persistent, options.serverArgs);
           return;
         } catch (error) {
           if (!(error instanceof AddressInUseError) || attempt >= 40) throw error;
