@@ -22,15 +22,24 @@ import { Redis } from 'ioredis';
 import { CROSS_SLOT_SHEBANG, APPLY_SCRIPT, RESERVATION_FIELDS } from '../src/store/redis-scripts.js';
 import { createRedisKeyspace } from '../src/store/redis-keyspace.js';
 import { startRedis, startRedisCluster, type RedisServer } from '../test/helpers/redis.js';
+import { until } from '../test/helpers/until.js';
 import { CAN_PIN, pinProcess } from './local-processes.js';
 import { redisPid, replicate } from './redis-cluster-cost.js';
+import { redisSnapshotter } from './redis-cost.js';
 import { median } from './wrk.js';
 
 const TOPOLOGIES: readonly Topology[] = ['one node', 'three masters'];
 const CLUSTER_NODE_ARGS = ['--cluster-enabled', 'yes', '--cluster-node-timeout', '5000'];
 const TEAM_ID = 'team_0123456789abcdef';
+/** The cluster layout's names, used on both servers: only the server's mode differs. */
+const KEYS = createRedisKeyspace('tg:', true);
+/** How long setting up a cluster or a replica may take before the control gives up. */
+const SETUP_TIMEOUT_MS = 30_000;
 const DAY = '2026-11-28';
 const CREATED_AT = '1764288000000';
+
+/** Snapshots of one Redis (its CPU read from `INFO`), over a connection of their own. */
+type Snapshots = Awaited<ReturnType<typeof redisSnapshotter>>;
 
 interface Round {
   masterUsPerCall: number;
@@ -48,36 +57,20 @@ interface Verdict {
   medianRatio: number;
 }
 
-/** Seconds of CPU a Redis has used (`INFO cpu`: user + system, the whole process). */
-async function cpuSeconds(client: Redis): Promise<number> {
-  const info = await client.info('cpu');
-  const field = (name: string) => Number(new RegExp(`^${name}:([0-9.]+)`, 'm').exec(info)![1]);
-  return field('used_cpu_user') + field('used_cpu_sys');
-}
-
-/** Waits until `check` holds, polling every 100 ms; throws when `what` has not happened within 30 s. */
-async function waitFor(what: string, check: () => Promise<boolean>): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
-
 /** Makes `node` a one-node cluster serving every slot, and `replica` (when given) its replica. */
 async function makeCluster(node: RedisServer, replica: RedisServer | undefined): Promise<void> {
   const master = new Redis(node.url);
   try {
     await master.call('CLUSTER', 'ADDSLOTSRANGE', '0', '16383');
-    await waitFor('cluster_state:ok', async () => /cluster_state:ok/.test(String(await master.call('CLUSTER', 'INFO'))));
+    await until(async () => /cluster_state:ok/.test(String(await master.call('CLUSTER', 'INFO'))), 'cluster_state:ok', SETUP_TIMEOUT_MS);
     if (replica === undefined) return;
     const masterId = String(await master.call('CLUSTER', 'MYID'));
     const follower = new Redis(replica.url);
     try {
       await follower.call('CLUSTER', 'MEET', '127.0.0.1', String(node.port));
-      await waitFor('the replica to learn the master', async () => String(await follower.call('CLUSTER', 'NODES')).includes(masterId));
+      await until(async () => String(await follower.call('CLUSTER', 'NODES')).includes(masterId), 'the replica to learn the master', SETUP_TIMEOUT_MS);
       await follower.call('CLUSTER', 'REPLICATE', masterId);
-      await waitFor('the replication link', async () => /master_link_status:up/.test(await follower.info('replication')));
+      await until(async () => /master_link_status:up/.test(await follower.info('replication')), 'the replication link', SETUP_TIMEOUT_MS);
     } finally {
       follower.disconnect();
     }
@@ -88,13 +81,12 @@ async function makeCluster(node: RedisServer, replica: RedisServer | undefined):
 
 /** The `EVALSHA` command line: KEYS[1] is the reservation (a new id per call), then APPLY_SCRIPT's arguments. */
 function scriptArguments(sha: string): string[] {
-  const keys = createRedisKeyspace('tg:', true);
   const id = 'ctl__rand_int__'; // redis-benchmark puts a random number in place of __rand_int__
   const fields = RESERVATION_FIELDS as readonly string[];
   const hashValues = ['teamId', TEAM_ID, 'keyId', 'key_0123456789abcdef', 'day', DAY, 'network', 'eth', 'method', 'eth_call', 'cost', '20', 'owner', 'ctl', 'createdAt', CREATED_AT];
   return [
-    'EVALSHA', sha, '1', keys.reservation(TEAM_ID, id),
-    '1', keys.reservations(TEAM_ID), // E = 1 more name: the team's reservation index
+    'EVALSHA', sha, '1', KEYS.reservation(TEAM_ID, id),
+    '1', KEYS.reservations(TEAM_ID), // E = 1 more name: the team's reservation index
     '1', String(fields.length), ...fields, ...fields.map(() => ''), // C = 1 compared key: the reservation, absent
     '4',
     'hset', '1', '0', String(hashValues.length / 2), ...hashValues,
@@ -105,17 +97,17 @@ function scriptArguments(sha: string): string[] {
 }
 
 /** One round of `redis-benchmark` against the master on `port`: its CPU per call, and its replica's. */
-async function measure(master: Redis, replica: Redis | undefined, port: number, command: readonly string[], options: { calls: number; clients: number }): Promise<Round> {
-  const before = await cpuSeconds(master);
-  const replicaBefore = replica === undefined ? undefined : await cpuSeconds(replica);
+async function measure(master: Snapshots, replica: Snapshots | undefined, port: number, command: readonly string[], options: { calls: number; clients: number }): Promise<Round> {
+  const before = (await master.snapshot()).cpuSeconds;
+  const replicaBefore = replica === undefined ? undefined : (await replica.snapshot()).cpuSeconds;
   const pin = CAN_PIN ? ['taskset', '-c', '0'] : [];
   const [program, ...args] = [...pin, 'redis-benchmark', '-p', String(port), '-c', String(options.clients), '-n', String(options.calls), '-r', '1000000000', '-q', ...command];
   const run = spawnSync(program!, args, { encoding: 'utf8' });
   if (run.status !== 0) throw new Error(`redis-benchmark failed: ${run.error?.message ?? run.stderr}`);
   // redis-benchmark reports a server's error reply and goes on: one is enough to spoil the round.
   if (/Error|ERR|MOVED|NOSCRIPT/.test(run.stdout + run.stderr)) throw new Error(`the script failed: ${run.stdout.slice(-500)}`);
-  const after = await cpuSeconds(master);
-  const replicaAfter = replica === undefined ? undefined : await cpuSeconds(replica);
+  const after = (await master.snapshot()).cpuSeconds;
+  const replicaAfter = replica === undefined ? undefined : (await replica.snapshot()).cpuSeconds;
   const perSecond = [...run.stdout.matchAll(/([0-9.]+) requests per second/g)].at(-1);
   return {
     masterUsPerCall: ((after - before) * 1e6) / options.calls,
@@ -144,14 +136,14 @@ async function oneNodeCluster(replicas: boolean): Promise<ClusterSide> {
 /** The bench's cluster (bench/redis-cluster-cost.ts): three masters, with a replica each when asked for; the script's slot on one of them. */
 async function threeMasterCluster(replicas: boolean): Promise<ClusterSide> {
   const cluster = await startRedisCluster({ nodeTimeoutMs: 5_000, replicasPerMaster: replicas ? 1 : 0 });
-  const port = await cluster.masterOf(createRedisKeyspace('tg:', true).reservations(TEAM_ID));
+  const port = await cluster.masterOf(KEYS.reservations(TEAM_ID));
   const master = cluster.nodes.find((node) => node.port === port)!;
   const info = new Redis(master.url);
   let replica: { url: string } | undefined;
   try {
     if (replicas) {
       // Online: the first full synchronisation (a fork and a snapshot) is over before any round.
-      await waitFor('the master to have its replica online', async () => /slave0:.*state=online/.test(await info.info('replication')));
+      await until(async () => /slave0:.*state=online/.test(await info.info('replication')), 'the master to have its replica online', SETUP_TIMEOUT_MS);
       const replicaPort = /slave0:.*port=(\d+)/.exec(await info.info('replication'))![1];
       replica = { url: `redis://127.0.0.1:${replicaPort}` };
     }
@@ -163,7 +155,7 @@ async function threeMasterCluster(replicas: boolean): Promise<ClusterSide> {
 
 async function runControl(topology: Topology, replicas: boolean, options: { rounds: number; calls: number; clients: number }): Promise<Verdict> {
   const stops: Array<() => Promise<void>> = [];
-  const clients: Redis[] = [];
+  const closers: Array<() => void> = [];
   try {
     const plain = await startRedis();
     stops.push(() => plain.stop());
@@ -178,24 +170,30 @@ async function runControl(topology: Topology, replicas: boolean, options: { roun
       const plainPids = await Promise.all([plain, ...(plainReplica === undefined ? [] : [plainReplica])].map((server) => redisPid(server.url)));
       for (const pid of [...plainPids, ...cluster.pids]) pinProcess(pid, String(cpus().length - 1));
     }
-    const connect = (url: string | undefined) => {
+    // INFO over a connection kept open: a new connection per snapshot would weigh in the CPU per call.
+    const snapshots = async (url: string | undefined): Promise<Snapshots | undefined> => {
       if (url === undefined) return undefined;
-      const client = new Redis(url);
-      clients.push(client);
-      return client;
+      const snapshotter = await redisSnapshotter(url);
+      closers.push(snapshotter.close);
+      return snapshotter;
+    };
+    const client = (url: string) => {
+      const redis = new Redis(url);
+      closers.push(() => redis.disconnect());
+      return redis;
     };
     const targets = [
-      { name: 'plain' as const, port: plain.port, master: connect(plain.url)!, replica: connect(plainReplica?.url) },
-      { name: 'cluster' as const, port: cluster.master.port, master: connect(cluster.master.url)!, replica: connect(cluster.replica?.url) },
+      { name: 'plain' as const, port: plain.port, client: client(plain.url), master: (await snapshots(plain.url))!, replica: await snapshots(plainReplica?.url) },
+      { name: 'cluster' as const, port: cluster.master.port, client: client(cluster.master.url), master: (await snapshots(cluster.master.url))!, replica: await snapshots(cluster.replica?.url) },
     ];
     const script = CROSS_SLOT_SHEBANG + APPLY_SCRIPT;
-    const shas = await Promise.all(targets.map(async ({ master }) => String(await master.script('LOAD', script))));
+    const shas = await Promise.all(targets.map(async ({ client }) => String(await client.script('LOAD', script))));
     const command = scriptArguments(shas[0]!);
     // The script must take its write path on every call (the compared reservation absent), or the
     // control would measure the conflict reply: one call by hand, checked, before any round.
-    for (const { master } of targets) {
+    for (const { client } of targets) {
       const [name, ...args] = command.map((arg) => arg.replace('__rand_int__', 'check'));
-      const reply = await master.call(name!, ...args);
+      const reply = await client.call(name!, ...args);
       if (JSON.stringify(reply) !== '[1]') throw new Error(`the ledger script did not apply its writes: ${JSON.stringify(reply)}`);
     }
     // A warm-up round each (not recorded): the allocator and the index reach their steady size.
@@ -211,7 +209,7 @@ async function runControl(topology: Topology, replicas: boolean, options: { roun
     }
     return { topology, replicas, pairs, medianRatio: median(pairs.map((pair) => pair.ratio)) };
   } finally {
-    for (const client of clients) client.disconnect();
+    for (const close of closers) close();
     for (const stop of stops.reverse()) await stop();
   }
 }

@@ -37,7 +37,7 @@ export const GATEWAY_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=32'
  * allocations of that size come from its heap, which gives memory back only from its top. The
  * bench's rows fit that: the answer buffer pool's 2 MiB buffers mapped until the first burst's
  * were dropped and taken from the heap after it, so a later burst's stayed resident after they
- *  * were dropped, under whatever lay above them. In the bench's runs without this setting the heap
+ * were dropped, under whatever lay above them. In the bench's runs without this setting the heap
  * held 128–196 MiB after the 1.6 MiB pages, of which V8 counted almost none as live; in the first
  * full bench with it, 44–98 MiB (docs/benchmarks.md, "Where the RSS after the run goes").
  * A fixed threshold (setting it turns the raising off) keeps every allocation of 1 MiB or more
