@@ -97,6 +97,8 @@ export async function startGateway(options: {
   config: Record<string, unknown>;
   keyPath: string;
   logLevel?: 'info' | 'warn';
+  /** Node flags after the command's own (bench/flags-ab.ts tries them this way). */
+  extraFlags?: readonly string[];
 }): Promise<GatewayChild> {
   const port = await freePort();
   const adminPort = await freePort();
@@ -106,7 +108,7 @@ export async function startGateway(options: {
     toYaml({ server: { host: '127.0.0.1', port }, admin: { host: '127.0.0.1', port: adminPort, token: ADMIN_TOKEN }, ...options.config }),
   );
   const logFd = openSync(join(options.dir, `${options.name}.log`), 'a');
-  const command = gatewayCommand(configFile, { logLevel: options.logLevel ?? 'info' });
+  const command = gatewayCommand(configFile, { logLevel: options.logLevel ?? 'info', extraFlags: options.extraFlags });
   const child = spawn(process.execPath, command.args, { cwd: ROOT, stdio: ['ignore', logFd, logFd], env: command.env });
   closeSync(logFd);
   const url = `http://127.0.0.1:${port}${options.keyPath}`;
