@@ -34,6 +34,15 @@ describe('missingGatewayFlags', () => {
   });
 });
 
+describe("the tollgate command's first line", () => {
+  it('fits in 127 characters, so that kernels before Linux 5.1 (which cut a longer one) still pass every flag', () => {
+    const firstLine = readFileSync(join(ROOT, 'src', 'cli.ts'), 'utf8').split('\n')[0]!;
+    expect(firstLine.startsWith('#!/usr/bin/env -S ')).toBe(true);
+    expect(firstLine.length).toBeLessThanOrEqual(127);
+    expect(missingGatewayFlags(firstLine.split(/\s+/), '')).toEqual([]);
+  });
+});
+
 describe('missingGatewayEnvironment', () => {
   it('names the allocator variables an environment does not set, whatever the value of those it does', () => {
     expect(missingGatewayEnvironment({})).toEqual(['MALLOC_MMAP_THRESHOLD_']);

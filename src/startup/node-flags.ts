@@ -23,7 +23,11 @@
  * V8 reads these only when the process starts, so they are Node flags: the `tollgate` command
  * (dist/cli.js) carries them in its first line, `npm start` passes them, and workers of
  * `serve --workers` inherit them, as they do {@link GATEWAY_ENVIRONMENT}. `tollgate serve` started
- * another way without them says so.
+ * another way without them says so. That first line must stay within 127 characters: Linux
+ * kernels before 5.1 (RHEL 8's, say) cut a longer one, and the flag cut with it would stop Node
+ * at start. Setting a collector flag at run time is no way round it: V8 aborted at its next
+ * collection after `--single-threaded-gc` was set so (docs/benchmarks.md, "Node flags tried in
+ * pairs").
  */
 export const GATEWAY_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=32', '--initial-old-space-size=128', '--expose-gc'];
 
