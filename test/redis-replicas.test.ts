@@ -331,6 +331,10 @@ describe('two gateway replicas sharing one Redis', () => {
     // persisted whose reply the kill cut off is charged, yet the client got 503. At most one
     // such settle per call in flight at the kill (the load's workers, one call each).
     const received = load.answers.filter(ok).length + probes.filter(ok).length;
+    // This process's own store connection reconnects on its own schedule (ioredis retries every
+    // 200-2,000 ms, and with no offline queue a command sent meanwhile fails at once): the replicas
+    // serving again says nothing about it.
+    await until(() => store.ping().then(() => true, () => false), "the test's own store connection to reach Redis again");
     const ledger = await ledgerOf(team.id, day);
     const slack = ledger.credits - received * COST;
     console.info(
