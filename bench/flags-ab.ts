@@ -59,13 +59,13 @@ try {
   runCli(['teams', 'create', 'bench', '--daily-credits', '1000000000000', '--db', dbFile]);
   const secret = (JSON.parse(runCli(['keys', 'create', '--team', 'bench', '--db', dbFile])) as { secret: string }).secret;
 
-  let network = 'eth';
-  let body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params: [hash, false] });
-  if (das !== undefined) {
-    const largest = [...das.dataset.collections].sort((x, y) => y.size - x.size)[0]!;
-    network = 'das';
-    body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'getAssetsByGroup', params: { groupKey: 'collection', groupValue: largest.id, limit: LIMIT, page: 1 } });
-  }
+  const largest = das === undefined ? undefined : [...das.dataset.collections].sort((x, y) => y.size - x.size)[0]!;
+  const network = das === undefined ? 'eth' : 'das';
+  const body = JSON.stringify(
+    largest === undefined
+      ? { jsonrpc: '2.0', id: 1, method: 'eth_getBlockByHash', params: [hash, false] }
+      : { jsonrpc: '2.0', id: 1, method: 'getAssetsByGroup', params: { groupKey: 'collection', groupValue: largest.id, limit: LIMIT, page: 1 } },
+  );
   const config = {
     store: { driver: 'sqlite', path: dbFile },
     cache: { maxBytes: 256 * 1024 * 1024 },
@@ -107,11 +107,9 @@ try {
   console.log(`\n${LIMIT > 0 ? `getAssetsByGroup limit ${LIMIT}` : 'cache hit, hydrated=false'}, ${PAIRS} pairs of ${SECONDS} s rounds`);
   console.log(`A: node ${show(A_FLAGS)}: ${sumA.requestsPerSecond.toFixed(0)} req/s, p99 ${sumA.p99.toFixed(2)} ms, ${sumA.cpuUsPerRequest?.toFixed(1)} µs/req, errors ${sumA.errors}`);
   console.log(`B: node ${show(B_FLAGS)}: ${sumB.requestsPerSecond.toFixed(0)} req/s, p99 ${sumB.p99.toFixed(2)} ms, ${sumB.cpuUsPerRequest?.toFixed(1)} µs/req, errors ${sumB.errors}`);
-  const ratios = pairRatios(roundsB, roundsA);
-  console.log(
-    `B ÷ A, median over the pairs: req/s ${median(ratios).toFixed(3)} (${Math.min(...ratios).toFixed(3)}–${Math.max(...ratios).toFixed(3)}), ` +
-      `CPU per request ${median(cpuRatios).toFixed(3)} (${Math.min(...cpuRatios).toFixed(3)}–${Math.max(...cpuRatios).toFixed(3)})`,
-  );
+  /** The median of per-pair ratios, with the lowest and highest in brackets. */
+  const spread = (ratios: number[]) => `${median(ratios).toFixed(3)} (${Math.min(...ratios).toFixed(3)}–${Math.max(...ratios).toFixed(3)})`;
+  console.log(`B ÷ A, median over the pairs: req/s ${spread(pairRatios(roundsB, roundsA))}, CPU per request ${spread(cpuRatios)}`);
 } finally {
   for (const gateway of gateways) gateway.child.kill('SIGKILL');
   await das?.close();
