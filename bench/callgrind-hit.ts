@@ -8,8 +8,8 @@
 // functions get their JavaScript names in /tmp/perf-<pid>.map, copied next to the dumps), SQLite
 // store, metering on, log level warn (`--log-level info`: the default level, one line per request,
 // written to /dev/null), the same anvil as the three evm networks of bench/run.ts,
-// health probes off (under valgrind a probe costs what thousands of hits do, and their number
-// would follow the run's length, not its requests). From this process, over 50 keep-alive
+// health probes and the request explorer off (under valgrind a probe costs what thousands of hits
+// do, and the work of both follows the run's length, not its requests). From this process, over 50 keep-alive
 // connections: 30,000 warm-up hits, a 5 s pause for queued compilations, 2,000 more, then
 // collection on (`callgrind_control -i on`), 5,000 measured hits on the same connections,
 // collection off and a dump. Printed: the main thread's instructions / 5,000.
@@ -19,11 +19,12 @@
 //   `--forwarded`: every call sent with `Cache-Control: no-cache`, so the miss path is counted:
 //   reserved, forwarded to anvil, verified, settled; `--verification header|off`: through the network
 //   with that setting instead of `full`, so that a forwarded call is one upstream call;
-//   `--user-agent <text>`: every request sends it, as clients do (the request line logs it scrubbed))
+//   `--user-agent <text>`: every request sends it, as clients do (the request line logs it scrubbed);
+//   `--explorer`: the request explorer on, as it is by default (off here: see the config below))
 //   callgrind_annotate <dir>/callgrind.out.<pid>.1-01   # JIT frames as addresses; map them with the perf map
 //
 // Needs valgrind (callgrind_control on the PATH). A build from another checkout: `--tree <dir>`
-// (its dist/cli.js and its CLI's teams/keys commands are used). `--config '{"explorer":{"enabled":false}}'`
+// (its dist/cli.js and its CLI's teams/keys commands are used). `--config '{"tracing":{"otlpUrl":"OTLP_SINK"}}'`
 // adds top-level sections to the gateway's config (only sections that build knows); the text
 // `OTLP_SINK` in it becomes the URL of an OTLP/HTTP receiver this process runs (for `tracing`).
 
@@ -52,6 +53,7 @@ const { values: flags } = parseArgs({
     batch: { type: 'string', default: '0' },
     verification: { type: 'string', default: 'full' },
     'user-agent': { type: 'string' },
+    explorer: { type: 'boolean', default: false },
   },
 });
 const tree = resolve(flags.tree);
@@ -98,6 +100,13 @@ try {
       upstreams: [{ id: 'anvil', url: anvil.url }],
       healthCheck: { intervalMs: 0 },
     })),
+    // The request explorer writes one bounded batch per interval (1,000 records per team every
+    // 5 s), not a row per request. Under valgrind the gateway answers at most about a thousand
+    // requests a second, so that batch is a large share of the measured hits, and the count would
+    // charge each hit 16,000-19,000 instructions for a write that at a real rate (tens of
+    // thousands a second) covers one request in a hundred (docs/benchmarks.md). Off unless
+    // `--explorer`, like the probes; builds from before the explorer have no such section.
+    ...(flags.explorer || !existsSync(join(tree, 'dist', 'explorer')) ? {} : { explorer: { enabled: false } }),
     ...(JSON.parse(flags.config.replaceAll('OTLP_SINK', sinkUrl)) as Record<string, unknown>),
   };
   const configFile = join(work, 'gateway.yaml');
