@@ -7,9 +7,9 @@
 // --instr-atstart=no --separate-threads=yes` with `node --perf-basic-prof` (JIT-compiled
 // functions get their JavaScript names in /tmp/perf-<pid>.map, copied next to the dumps), SQLite
 // store, metering on, log level warn (`--log-level info`: the default level, one line per request,
-// written to /dev/null), the same anvil as the three evm networks of bench/run.ts,
-// health probes and the request explorer off (under valgrind a probe costs what thousands of hits
-// do, and the work of both follows the run's length, not its requests). From this process, over 50 keep-alive
+// written to /dev/null), the same anvil as the three evm networks of bench/run.ts, health probes
+// and the request explorer off (under valgrind a probe costs what thousands of hits do, and the
+// work of both follows the run's length, not its requests). From this process, over 50 keep-alive
 // connections: 30,000 warm-up hits, a 5 s pause for queued compilations, 2,000 more, then
 // collection on (`callgrind_control -i on`), 5,000 measured hits on the same connections,
 // collection off and a dump. Printed: the main thread's instructions / 5,000.
@@ -24,9 +24,10 @@
 //   callgrind_annotate <dir>/callgrind.out.<pid>.1-01   # JIT frames as addresses; map them with the perf map
 //
 // Needs valgrind (callgrind_control on the PATH). A build from another checkout: `--tree <dir>`
-// (its dist/cli.js and its CLI's teams/keys commands are used). `--config '{"tracing":{"otlpUrl":"OTLP_SINK"}}'`
-// adds top-level sections to the gateway's config (only sections that build knows); the text
-// `OTLP_SINK` in it becomes the URL of an OTLP/HTTP receiver this process runs (for `tracing`).
+// (its dist/cli.js and its CLI's teams/keys commands are used).
+// `--config '{"tracing":{"otlpUrl":"OTLP_SINK"}}'` adds top-level sections to the gateway's config
+// (only sections that build knows); the text `OTLP_SINK` in it becomes the URL of an OTLP/HTTP
+// receiver this process runs (for `tracing`).
 
 import { execFileSync, spawn } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
