@@ -91,7 +91,7 @@ try {
 
   const roundsA: MeasuredRound[] = [];
   const roundsB: MeasuredRound[] = [];
-  const perRequestUs = (measured: MeasuredRound) => (measured.cpu! / measured.run.requests) * 1e6;
+  const perRequestUs = (measured: MeasuredRound) => summariseRounds([measured]).cpuUsPerRequest!;
   for (let pair = 0; pair < PAIRS; pair += 1) {
     const order = pair % 2 === 0 ? [a, b] : [b, a];
     for (const gateway of order) (gateway === a ? roundsA : roundsB).push(await round(gateway, SECONDS));
