@@ -3,7 +3,7 @@
 // non-JSON bodies, stalls, connection resets, and a proxy to a real node that can lie.
 
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
-import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
+import { connect, type AddressInfo, type Socket } from 'node:net';
 import { request } from 'undici';
 import { afterEach } from 'vitest';
 
@@ -247,14 +247,23 @@ export function useScriptedUpstreams(): (behaviour: ScriptedBehaviour | Behaviou
   };
 }
 
-/** An http URL on loopback where nothing listens (connection refused). */
+/**
+ * An http URL on loopback where nothing listens (connection refused): port 1 (tcpmux, which
+ * nothing here serves). Not a port-0 listener closed again: its port goes back to the ephemeral
+ * range, and a server another test file starts meanwhile can be given it (one such run answered
+ * 404 where a refusal was expected). Checked on every call, so a machine where something does
+ * listen there fails here, saying so, rather than in the test that used it.
+ */
 export async function refusedUrl(): Promise<string> {
-  const server = createNetServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve());
+  const port = 1;
+  const refused = await new Promise<boolean>((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(false);
+    });
+    socket.once('error', (error: NodeJS.ErrnoException) => resolve(error.code === 'ECONNREFUSED'));
   });
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
+  if (!refused) throw new Error(`127.0.0.1:${port} does not refuse connections: the tests need a loopback port where nothing listens`);
   return `http://127.0.0.1:${port}`;
 }
