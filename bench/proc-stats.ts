@@ -13,17 +13,23 @@ const CLOCK_TICKS = ((): number => {
   }
 })();
 
-/** User + system CPU seconds a process has used so far. */
-export function cpuSeconds(pid: number | undefined): number | undefined {
+/** User and system (kernel) CPU seconds a process has used so far. */
+export function cpuTimes(pid: number | undefined): { user: number; system: number } | undefined {
   if (pid === undefined) return undefined;
   try {
     // Fields after the parenthesised command name; utime and stime are the 14th and 15th overall.
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+    return { user: Number(fields[11]) / CLOCK_TICKS, system: Number(fields[12]) / CLOCK_TICKS };
   } catch {
     return undefined;
   }
+}
+
+/** User + system CPU seconds a process has used so far. */
+export function cpuSeconds(pid: number | undefined): number | undefined {
+  const times = cpuTimes(pid);
+  return times === undefined ? undefined : times.user + times.system;
 }
 
 /**

@@ -40,7 +40,7 @@ import { stringify as toYaml } from 'yaml';
 import { seedAnvil } from '../src/devnet/anvil-seed.js';
 import { startAnvil, type AnvilNode } from '../src/devnet/anvil.js';
 import { redisCost, redisSnapshot, type RedisCost } from './redis-cost.js';
-import { cpuSeconds, mallocHeapBytes, rssBytes } from './proc-stats.js';
+import { cpuTimes, mallocHeapBytes, rssBytes } from './proc-stats.js';
 import { findWrk, prepareWrk, runWrk } from './wrk.js';
 import { formatWsFanout, runWsFanout, WS_FANOUT_SCENARIO } from './ws-fanout.js';
 import { formatWorkersBench, runWorkersBench, WORKERS_SCENARIO } from './workers.js';
@@ -416,6 +416,8 @@ interface Measured {
   p99: number;
   /** Server CPU (user + system) per request, in microseconds. */
   cpuUsPerRequest?: number;
+  /** The system (kernel) part of {@link cpuUsPerRequest}. */
+  systemCpuUsPerRequest?: number;
   errors: number;
   rss?: number;
   /** The largest RSS sampled (every 100 ms) while this target was under load. */
@@ -438,8 +440,10 @@ interface Round {
   errors: number;
   /** Latency of every 2xx response, in milliseconds (autocannon's own histogram keeps whole ms). */
   latencies: Float64Array;
-  /** Server CPU seconds over the round, if /proc could tell. */
+  /** Server CPU seconds (user + system) over the round, if /proc could tell. */
   cpu: number | undefined;
+  /** The system (kernel) part of {@link cpu}. */
+  systemCpu: number | undefined;
   /** Share of one core the load generator (wrk, or this process) used over the round. */
   clientCpu: number;
   /** The largest RSS of the server sampled during the round. */
@@ -447,6 +451,12 @@ interface Round {
 }
 
 let wrkFiles: ReturnType<typeof prepareWrk> | undefined;
+
+/** A round's server CPU from the process's times before and after it. */
+function cpuBetween(before: ReturnType<typeof cpuTimes>, after: ReturnType<typeof cpuTimes>): Pick<Round, 'cpu' | 'systemCpu'> {
+  if (before === undefined || after === undefined) return { cpu: undefined, systemCpu: undefined };
+  return { cpu: after.user + after.system - (before.user + before.system), systemCpu: after.system - before.system };
+}
 
 async function load(target: Target, seconds: number): Promise<Round> {
   await target.before?.();
@@ -465,22 +475,22 @@ async function load(target: Target, seconds: number): Promise<Round> {
 
 async function loadWithWrk(target: Target, seconds: number): Promise<Omit<Round, 'peakRss'>> {
   wrkFiles ??= prepareWrk(workDir!);
-  const before = cpuSeconds(target.pid);
+  const before = cpuTimes(target.pid);
   const run = await runWrk({ script: wrkFiles.script, bodyFile: wrkFiles.bodyFile(target.body), url: target.url, headers: target.headers, connections: CONNECTIONS, threads: WRK_THREADS, seconds, timeoutS: 10 });
-  const after = cpuSeconds(target.pid);
+  const after = cpuTimes(target.pid);
   return {
     requests: run.requests,
     seconds: run.seconds,
     errors: run.errors + run.non2xx,
     latencies: run.quantilesMs,
-    cpu: before === undefined || after === undefined ? undefined : after - before,
+    ...cpuBetween(before, after),
     clientCpu: run.cpuSeconds / run.seconds,
   };
 }
 
 async function loadWithAutocannon(target: Target, seconds: number): Promise<Omit<Round, 'peakRss'>> {
   const latencies: number[] = [];
-  const before = cpuSeconds(target.pid);
+  const before = cpuTimes(target.pid);
   const clientBefore = process.cpuUsage();
   const startedAt = performance.now();
   const instance = autocannon({
@@ -497,14 +507,14 @@ async function loadWithAutocannon(target: Target, seconds: number): Promise<Omit
     if (statusCode >= 200 && statusCode < 300) latencies.push(responseTimeMs);
   });
   const run = await instance;
-  const after = cpuSeconds(target.pid);
+  const after = cpuTimes(target.pid);
   const client = process.cpuUsage(clientBefore);
   return {
     requests: run.totalCompletedRequests,
     seconds: run.duration,
     errors: run.errors + run.non2xx,
     latencies: Float64Array.from(latencies),
-    cpu: before === undefined || after === undefined ? undefined : after - before,
+    ...cpuBetween(before, after),
     clientCpu: (client.user + client.system) / 1000 / (performance.now() - startedAt),
   };
 }
@@ -536,6 +546,7 @@ function summarise(scenario: string, target: Target, rounds: readonly Round[], r
   all.sort();
   const cpuKnown = rounds.every((round) => round.cpu !== undefined);
   const cpu = rounds.reduce((sum, round) => sum + (round.cpu ?? 0), 0);
+  const systemCpu = rounds.reduce((sum, round) => sum + (round.systemCpu ?? 0), 0);
   return {
     scenario,
     target: target.name,
@@ -543,6 +554,7 @@ function summarise(scenario: string, target: Target, rounds: readonly Round[], r
     p50: percentile(all, 0.5),
     p99: percentile(all, 0.99),
     cpuUsPerRequest: cpuKnown && requests > 0 ? (cpu / requests) * 1e6 : undefined,
+    systemCpuUsPerRequest: cpuKnown && requests > 0 ? (systemCpu / requests) * 1e6 : undefined,
     errors: rounds.reduce((sum, round) => sum + round.errors, 0),
     clientCpu: Math.max(...rounds.map((round) => round.clientCpu)),
     rss: rssBytes(target.pid),
@@ -769,12 +781,12 @@ const REPEAT_TOLERANCE = 0.05;
 function rowsTable(rows: readonly Measured[]): string[] {
   const x = (value: number | undefined): string => (value === undefined ? '' : `${fmt(value)}×`);
   const lines = [
-    '| scenario | target | req/s | p50 ms | p99 ms | CPU µs/req | req/s vs ref | p99 vs ref | CPU/req vs ref | errors | RSS MiB (peak) | load gen CPU |',
+    '| scenario | target | req/s | p50 ms | p99 ms | CPU µs/req (system) | req/s vs ref | p99 vs ref | CPU/req vs ref | errors | RSS MiB (peak) | load gen CPU |',
     '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const row of rows) {
     const r = ratios(row);
-    const cpuUs = row.cpuUsPerRequest === undefined ? 'n/a' : fmt(row.cpuUsPerRequest, 0);
+    const cpuUs = row.cpuUsPerRequest === undefined ? 'n/a' : `${fmt(row.cpuUsPerRequest, 0)} (${fmt(row.systemCpuUsPerRequest ?? NaN, 0)})`;
     lines.push(
       `| ${row.scenario} | ${row.target} | ${Math.round(row.requestsPerSecond)} | ${ms(row.p50)} | ${ms(row.p99)} | ${cpuUs} | ` +
         `${ratioText(r.rps, row.pairs?.rps)} | ${ratioText(r.p99, row.pairs?.p99)} | ${x(r.cpu)} | ${row.errors} | ${mib(row.rss)} (${mib(row.peakRss)}) | ${Math.round(100 * row.clientCpu)}% |`,
@@ -814,7 +826,7 @@ function report(runs: ReadonlyArray<{ rows: Measured[]; checks: Check[] }>, fact
         : 'latency of every 2xx response as autocannon timed it, to the microsecond') +
       '); "req/s vs ref" and "p99 vs ref" are the **median over the pairs** of the pair\'s ratio, with the lowest and ' +
       'highest pair in brackets; "CPU µs/req" is the server process\'s user + system CPU time over the measured rounds divided by ' +
-      'the requests it answered (from `/proc/<pid>/stat`); RSS is `VmRSS` of that process right after its last round, and in brackets the largest ' +
+      'the requests it answered (from `/proc/<pid>/stat`), and in brackets its system (kernel) part alone; RSS is `VmRSS` of that process right after its last round, and in brackets the largest ' +
       'sampled every 100 ms during its rounds; "load gen CPU" is the highest share of one core the load generator used in any round ' +
       '(near 100% the load generator, not the server, would set the pace).',
   );
@@ -1366,7 +1378,7 @@ async function main(): Promise<void> {
     for (const [index, { rows }] of runs.entries()) {
       if (RUNS > 1) console.log(`\nrun ${index + 1}`);
       console.log(
-        `\n${rows.map((row) => `${row.scenario} | ${row.target} | ${Math.round(row.requestsPerSecond)} req/s | p99 ${ms(row.p99)} ms | ${row.cpuUsPerRequest === undefined ? '?' : Math.round(row.cpuUsPerRequest)} µs/req | RSS ${mib(row.rss ?? 0)} MiB (peak ${mib(row.peakRss)})`).join('\n')}`,
+        `\n${rows.map((row) => `${row.scenario} | ${row.target} | ${Math.round(row.requestsPerSecond)} req/s | p99 ${ms(row.p99)} ms | ${row.cpuUsPerRequest === undefined ? '?' : `${Math.round(row.cpuUsPerRequest)} µs/req (system ${Math.round(row.systemCpuUsPerRequest ?? NaN)})`} | RSS ${mib(row.rss ?? 0)} MiB (peak ${mib(row.peakRss)})`).join('\n')}`,
       );
     }
     if (profileDir !== undefined) console.log(`CPU profiles in ${profileDir} (summarise: node --import tsx bench/profile-summary.ts <file>)`);
