@@ -3,8 +3,12 @@
 //
 // Both are cache gateways over one SQLite store (metering on, log level info), pinned to the same
 // core like every bench gateway; each takes 15 s of full load first (V8 keeps optimising the
-// request path that long). Then pairs of rounds on the same request, A-B, B-A, ...; per pair the
-// ratio of B's requests per second to A's and of B's CPU per request to A's, and their medians.
+// request path that long), in 3 s rounds taken in turns, so that neither waits idle longer than
+// the other before the pairs. Then pairs of rounds on the same request, A-B, B-A, ...; per pair
+// the ratio of B's requests per second to A's and of B's CPU per request to A's, and their
+// medians. A starts first unless `--b-first` is given. On 1.6 MiB pages the gateway started first
+// read 1–13% ahead in control runs (docs/benchmarks.md, "Which gateway starts first"), so a
+// difference there counts only if it holds in both orders.
 // A run with the same flags on both sides (neither `--a` nor `--b`) is the control: how far two
 // identical processes read apart here.
 //
@@ -13,7 +17,7 @@
 // server in this process (cached by neither gateway: every page is forwarded and validated).
 //
 //   npm run build && node --import tsx bench/flags-ab.ts --b="--single-threaded-gc" [--a=""]
-//     [--pairs 10] [--seconds 2] [--limit 1000]
+//     [--pairs 10] [--seconds 2] [--limit 1000] [--b-first]
 // Flags go as `--a=…` and `--b=…`: a separate value that starts with `--` reads as an option.
 //
 // Not part of `npm run bench`; docs/benchmarks.md ("Node flags tried in pairs") has its runs.
@@ -36,6 +40,7 @@ const { values } = parseArgs({
     pairs: { type: 'string', default: '10' },
     seconds: { type: 'string', default: '2' },
     limit: { type: 'string', default: '0' },
+    'b-first': { type: 'boolean', default: false },
   },
 });
 const flagsOf = (text: string): string[] => text.split(/\s+/).filter((flag) => flag !== '');
@@ -46,6 +51,7 @@ const SECONDS = Number(values.seconds);
 const LIMIT = Number(values.limit);
 const CONNECTIONS = 50;
 const WARM_UP_S = 15;
+const WARM_UP_ROUND_S = 3;
 
 if (findWrk() === undefined) throw new Error('wrk is not installed (apt-get install wrk)');
 const workDir = mkdtempSync(join(tmpdir(), 'tollgate-flags-ab-'));
@@ -74,19 +80,22 @@ try {
       ...(das === undefined ? [] : [{ id: 'das', kind: 'asset', baseUrls: ['*/das'], upstreams: [{ id: 'sample-das', url: das.url }] }]),
     ],
   };
-  for (const [name, extraFlags] of [['a', A_FLAGS], ['b', B_FLAGS]] as const) {
+  const starts = [['a', A_FLAGS], ['b', B_FLAGS]] as const;
+  for (const [name, extraFlags] of values['b-first'] ? [...starts].reverse() : starts) {
     gateways.push(await startGateway({ dir: workDir, name, keyPath: `/eth/v3/${secret}`, config, extraFlags }));
   }
-  const [a, b] = gateways as [GatewayChild, GatewayChild];
+  const [a, b] = (values['b-first'] ? [...gateways].reverse() : gateways) as [GatewayChild, GatewayChild];
   const urlOf = (gateway: GatewayChild) => gateway.url.replace('/eth/v3/', `/${network}/v3/`);
 
   const files = prepareWrk(workDir);
   const bodyFile = files.bodyFile(body);
   const round = (gateway: GatewayChild, seconds: number) =>
     measuredRound(cpuSeconds, { script: files.script, bodyFile, url: urlOf(gateway), pid: gateway.pid, connections: CONNECTIONS, threads: 1, seconds, timeoutS: 10 });
-  for (const gateway of gateways) {
-    const warm = await round(gateway, WARM_UP_S);
-    if (warm.run.errors + warm.run.non2xx > 0) throw new Error(`gateway ${gateway.pid} failed ${warm.run.errors + warm.run.non2xx} requests while warming up`);
+  for (let turn = 0; turn < WARM_UP_S / WARM_UP_ROUND_S; turn += 1) {
+    for (const gateway of turn % 2 === 0 ? gateways : [...gateways].reverse()) {
+      const warm = await round(gateway, WARM_UP_ROUND_S);
+      if (warm.run.errors + warm.run.non2xx > 0) throw new Error(`gateway ${gateway.pid} failed ${warm.run.errors + warm.run.non2xx} requests while warming up`);
+    }
   }
 
   const roundsA: MeasuredRound[] = [];
@@ -104,7 +113,7 @@ try {
   const cpuRatios = roundsB.map((measured, index) => perRequestUs(measured) / perRequestUs(roundsA[index]!));
   const [sumA, sumB] = [summariseRounds(roundsA), summariseRounds(roundsB)];
   const show = (flags: string[]) => [...GATEWAY_FLAGS, ...flags].join(' ');
-  console.log(`\n${LIMIT > 0 ? `getAssetsByGroup limit ${LIMIT}` : 'cache hit, hydrated=false'}, ${PAIRS} pairs of ${SECONDS} s rounds`);
+  console.log(`\n${LIMIT > 0 ? `getAssetsByGroup limit ${LIMIT}` : 'cache hit, hydrated=false'}, ${PAIRS} pairs of ${SECONDS} s rounds, ${values['b-first'] ? 'B' : 'A'} started first`);
   console.log(`A: node ${show(A_FLAGS)}: ${sumA.requestsPerSecond.toFixed(0)} req/s, p99 ${sumA.p99.toFixed(2)} ms, ${sumA.cpuUsPerRequest?.toFixed(1)} µs/req, errors ${sumA.errors}`);
   console.log(`B: node ${show(B_FLAGS)}: ${sumB.requestsPerSecond.toFixed(0)} req/s, p99 ${sumB.p99.toFixed(2)} ms, ${sumB.cpuUsPerRequest?.toFixed(1)} µs/req, errors ${sumB.errors}`);
   /** The median of per-pair ratios, with the lowest and highest in brackets. */
