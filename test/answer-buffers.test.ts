@@ -52,6 +52,16 @@ describe('the answer buffer pool', () => {
   });
 });
 
+describe('the default bound', () => {
+  it('keeps every buffer of 50 concurrent 1.6 MiB answers for the next 50, mapping none afresh', () => {
+    const pool = new AnswerBufferPool();
+    const concurrent = (): Buffer[] => Array.from({ length: 50 }, () => pool.take(1.6 * MiB));
+    for (const buffer of concurrent()) pool.giveBack(buffer);
+    for (const buffer of concurrent()) pool.giveBack(buffer);
+    expect(pool.snapshot()).toMatchObject({ allocated: 50, reused: 50, retainedBytes: 100 * MiB });
+  });
+});
+
 describe('letting idle buffers go after a quiet period', () => {
   it('drops every idle buffer once none was taken for the quiet period, and says how many bytes', async () => {
     const time = new ManualClock();
@@ -86,6 +96,33 @@ describe('letting idle buffers go after a quiet period', () => {
     expect(released).toEqual([]);
     await time.advance(1);
     expect(released).toEqual([2 * MiB]);
+    expect(time.pending).toBe(0);
+  });
+
+  it('after a burst, drops the buffers a trickle of large answers no longer uses and keeps the one it does', async () => {
+    const time = new ManualClock();
+    const released: number[] = [];
+    const pool = new AnswerBufferPool(16 * MiB, { afterMs: 5_000, clock: time, onRelease: (bytes) => released.push(bytes) });
+    const burst = [pool.take(2 * MiB), pool.take(2 * MiB), pool.take(2 * MiB), pool.take(2 * MiB)];
+    for (const buffer of burst) pool.giveBack(buffer);
+    // One large answer a second for six seconds: each takes the buffer that came back last.
+    for (let second = 1; second <= 6; second++) {
+      await time.advance(1_000);
+      const buffer = pool.take(2 * MiB);
+      expect(buffer).toBe(burst[3]);
+      pool.giveBack(buffer);
+    }
+    // The three the trickle never took went when they had been idle for five seconds; no
+    // collection was asked for, since large answers were still coming.
+    expect(pool.snapshot()).toMatchObject({ retainedBytes: 2 * MiB, releasedBytes: 6 * MiB });
+    expect(released).toEqual([]);
+    expect(time.pending).toBe(1);
+    // The trickle stops at 6 s: its buffer goes at 11 s, and then the collection is asked for.
+    await time.advance(4_999);
+    expect(pool.snapshot().retainedBytes).toBe(2 * MiB);
+    await time.advance(1);
+    expect(released).toEqual([2 * MiB]);
+    expect(pool.snapshot()).toMatchObject({ retainedBytes: 0, releasedBytes: 8 * MiB });
     expect(time.pending).toBe(0);
   });
 

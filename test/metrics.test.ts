@@ -288,7 +288,7 @@ describe('GET /metrics after scripted traffic', () => {
     for (const keyId of [tg.keyId, poorKey.id]) expect(text).not.toContain(keyId);
     for (const upstream of [flaky, main, dead]) expect(text).not.toContain(upstream.url);
     expect(text).not.toContain('127.0.0.1');
-    const allowedLabels = new Set(['network', 'method', 'outcome', 'status', 'upstream', 'result', 'tier', 'team', 'reason', 'le', 'kind', 'type', 'space', 'version', 'major', 'minor', 'patch']);
+    const allowedLabels = new Set(['network', 'method', 'outcome', 'status', 'upstream', 'result', 'tier', 'team', 'reason', 'le', 'kind', 'type', 'space', 'source', 'version', 'major', 'minor', 'patch']);
     for (const sample of samples) for (const label of Object.keys(sample.labels)) expect(allowedLabels, `${sample.name}{${label}}`).toContain(label);
     const teamValues = new Set(samples.flatMap((sample) => (sample.labels.team === undefined ? [] : [sample.labels.team])));
     expect([...teamValues].sort()).toEqual([tg.team.id, poorTeam.id].sort());

@@ -136,10 +136,15 @@ describe('tollgate serve', () => {
     writeFileSync(burstConfigFile, JSON.stringify(config)); // JSON is YAML
     gateway = await spawnGateway(burstConfigFile, { keep: (line) => line.msg !== 'request' });
     const { rpcOrigin, adminOrigin } = gateway;
-    const scrape = async (): Promise<{ idle: number; arrayBuffers: number }> => {
+    const scrape = async (): Promise<{ idle: number; arrayBuffers: number; reused: number; allocated: number }> => {
       const text = await (await fetch(`${adminOrigin}/metrics`, { headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } })).text();
-      const sample = (name: string): number => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1]);
-      return { idle: sample('tollgate_answer_buffers_idle_bytes'), arrayBuffers: sample('tollgate_array_buffers_bytes') };
+      const sample = (series: string): number => Number(new RegExp(`^${series.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1]);
+      return {
+        idle: sample('tollgate_answer_buffers_idle_bytes'),
+        arrayBuffers: sample('tollgate_array_buffers_bytes'),
+        reused: sample('tollgate_answer_buffers_taken_total{source="idle"}'),
+        allocated: sample('tollgate_answer_buffers_taken_total{source="allocated"}'),
+      };
     };
     // Each call a different page: identical calls in flight together share one upstream answer, whose buffer is never given back.
     const call = async (id: number): Promise<void> => {
@@ -159,6 +164,10 @@ describe('tollgate serve', () => {
     // next: as many as were in use at once (the upstream sends its answers one after another, so
     // one or a few, not sixteen).
     expect(afterBurst.idle).toBeGreaterThanOrEqual(2 * MiB);
+    // One buffer per page, most of them used again: the pool maps only what it never had idle.
+    expect(afterBurst.reused + afterBurst.allocated).toBe(3 * BURST);
+    expect(afterBurst.reused).toBeGreaterThan(afterBurst.allocated);
+    expect(afterBurst.allocated * 2 * MiB).toBeGreaterThanOrEqual(afterBurst.idle);
     await until(async () => (await scrape()).idle === 0, 'the idle buffers to be dropped', POOL_IDLE_RELEASE_MS + 15_000);
     // Dropped and collected: the memory of the process's buffers falls by at least what the pool
     // held. (In a process this quiet V8 may also collect them on its own; under steady load it does

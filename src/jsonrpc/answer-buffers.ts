@@ -22,12 +22,13 @@ import type { ResultBytes } from './result-bytes.js';
  * still in use. Bytes shared between callers (a coalesced call) are never returned
  * ({@link markShared}).
  *
- * Idle buffers are kept only while large answers keep coming: {@link POOL_IDLE_RELEASE_MS} after
- * the last one was taken they are dropped, and the pool asks for a full collection
- * (src/startup/heap-collection.ts). Without that, a gateway serving small requests after a burst
- * kept the burst's 64 MiB of idle buffers, and the dead chunks beside them, for as long as it
- * ran: about 95 MiB of buffers in the bench's diagnostic (docs/benchmarks.md, "Giving back a
- * burst's memory").
+ * An idle buffer is kept only while it is needed: one that has sat idle for
+ * {@link POOL_IDLE_RELEASE_MS} is dropped, so the pool holds what the large answers of the last
+ * few seconds used at once, and no more. When no large answer has come for that long, the last
+ * ones go and the pool asks for a full collection (src/startup/heap-collection.ts). Without that,
+ * a gateway serving small requests after a burst kept the burst's idle buffers, and the dead
+ * chunks beside them, for as long as it ran: about 95 MiB of buffers in the bench's diagnostic
+ * (docs/benchmarks.md, "Giving back a burst's memory").
  */
 
 /**
@@ -38,14 +39,30 @@ import type { ResultBytes } from './result-bytes.js';
 export const POOLED_MIN_BYTES = 1024 * 1024;
 /** Answers that need more than this are collected in buffers of their own, never kept. */
 export const POOLED_MAX_BYTES = 32 * 1024 * 1024;
-/** At most this many bytes of idle buffers are kept per thread; more are left to the collector. */
-export const POOL_RETAINED_BYTES = 64 * 1024 * 1024;
 /**
- * After this long without an answer large enough for the pool, its idle buffers are dropped: a
- * burst of large answers leaves the gateway's memory where it was before the burst, not at the
- * burst's high-water mark.
+ * At most this many bytes of idle buffers are kept per thread; more are left to the collector.
+ *
+ * Room for the answers of a busy gateway's concurrent large calls, 128 of 2 MiB. It bounds what is
+ * kept idle, not what is allocated: the pool allocates only when nothing of the size is idle, so
+ * what it holds, idle and lent, never exceeds the most it had lent at once. A bound below that
+ * concurrency costs memory mapped afresh all the time, not memory saved. With 64 MiB, 50 concurrent
+ * 1.6 MiB answers (100 MiB of 2 MiB buffers) dropped the surplus each time fewer were in use and
+ * mapped it again each time more were. A fresh page costs a page fault, about 13.5 µs on the
+ * bench's machine, so up to 512 of them per 2 MiB buffer (docs/benchmarks.md, "Pooled buffers kept for as
+ * long as they are used").
  */
-export const POOL_IDLE_RELEASE_MS = 5_000;
+export const POOL_RETAINED_BYTES = 256 * 1024 * 1024;
+/**
+ * A buffer idle for this long is dropped. A burst of large answers leaves the gateway's memory
+ * where it was before the burst, not at the burst's high-water mark, and after a spike a trickle
+ * of large answers keeps only the buffers it uses. Since only buffers that went unused are
+ * dropped, the period can be long enough to span the pauses between a client's bursts. At 5 s, a
+ * gateway measured as the bench measures `getAssetsByGroup` (1 s rounds of 50 connections in
+ * turn with two references, so four other rounds between its pairs of rounds) mapped 17–32 of its
+ * 2 MiB buffers afresh at the start of most pairs. 10 s is the period jemalloc waits by default
+ * before it gives unused memory back, for the same trade.
+ */
+export const POOL_IDLE_RELEASE_MS = 10_000;
 
 /** The size class of a buffer holding `length` bytes: the next power of two, at least {@link POOLED_MIN_BYTES}. */
 function sizeClass(length: number): number {
@@ -61,7 +78,7 @@ export interface AnswerBufferStats {
   reused: number;
   /** Idle bytes kept now. */
   retainedBytes: number;
-  /** Idle bytes dropped after a quiet period, in all. */
+  /** Idle bytes dropped once unused for the release period, in all. */
   releasedBytes: number;
 }
 
@@ -75,8 +92,14 @@ export interface IdleRelease {
   clock?: Clock;
 }
 
+/** Idle buffers of one size, oldest first, with when each came back. */
+interface IdleList {
+  buffers: Buffer[];
+  idleSince: number[];
+}
+
 export class AnswerBufferPool {
-  private readonly idle = new Map<number, Buffer[]>();
+  private readonly idle = new Map<number, IdleList>();
   private readonly stats: AnswerBufferStats = { allocated: 0, reused: 0, retainedBytes: 0, releasedBytes: 0 };
   private lastTakenAt = 0;
   private releaseArmed = false;
@@ -88,10 +111,13 @@ export class AnswerBufferPool {
 
   /** A buffer of at least `length` bytes (its content is whatever it held before). */
   take(length: number): Buffer {
-    if (this.release !== undefined) this.lastTakenAt = (this.release.clock ?? backgroundClock).now();
+    if (this.release !== undefined) this.lastTakenAt = this.now();
     const size = sizeClass(length);
-    const buffer = this.idle.get(size)?.pop();
+    // The one that came back last: the oldest stay at the bottom and are the ones that age out.
+    const list = this.idle.get(size);
+    const buffer = list?.buffers.pop();
     if (buffer !== undefined) {
+      list!.idleSince.pop();
       this.stats.reused += 1;
       this.stats.retainedBytes -= size;
       return buffer;
@@ -107,25 +133,34 @@ export class AnswerBufferPool {
     if (size > POOLED_MAX_BYTES || size !== sizeClass(size) || buffer.byteOffset !== 0) return;
     if (this.stats.retainedBytes + size > this.maxRetainedBytes) return;
     let list = this.idle.get(size);
-    if (list === undefined) this.idle.set(size, (list = []));
-    list.push(buffer);
+    if (list === undefined) this.idle.set(size, (list = { buffers: [], idleSince: [] }));
+    list.buffers.push(buffer);
+    list.idleSince.push(this.release === undefined ? 0 : this.now());
     this.stats.retainedBytes += size;
     this.armRelease();
   }
 
-  /** Drops every idle buffer (the collector frees them); returns the bytes dropped. */
-  releaseIdle(): number {
-    const dropped = this.stats.retainedBytes;
-    this.idle.clear();
-    this.stats.retainedBytes = 0;
+  /** Drops every idle buffer that came back at or before `cutoff` (the collector frees them); returns the bytes dropped. */
+  releaseIdle(cutoff = Number.POSITIVE_INFINITY): number {
+    let dropped = 0;
+    for (const [size, list] of this.idle) {
+      let aged = 0;
+      while (aged < list.idleSince.length && list.idleSince[aged]! <= cutoff) aged += 1;
+      if (aged === 0) continue;
+      list.buffers.splice(0, aged);
+      list.idleSince.splice(0, aged);
+      dropped += aged * size;
+    }
+    this.stats.retainedBytes -= dropped;
     this.stats.releasedBytes += dropped;
     return dropped;
   }
 
   /**
-   * One timer at most, armed while buffers are idle. When it fires it checks how long ago a buffer
-   * was last taken, and waits out the rest of the quiet period if one was taken since: a steady
-   * stream of large answers costs no timer per answer.
+   * One timer at most, armed while buffers are idle, set for when the oldest will have been idle
+   * for the release period: a steady stream of large answers costs no timer per answer. Once no
+   * buffer has been taken for that period either, the large answers have stopped, and what was
+   * dropped is reported so that its memory can be freed.
    */
   private armRelease(): void {
     const release = this.release;
@@ -133,19 +168,28 @@ export class AnswerBufferPool {
     this.releaseArmed = true;
     const clock = release.clock ?? backgroundClock;
     const check = (): void => {
-      if (this.stats.retainedBytes === 0) {
-        this.releaseArmed = false;
-        return;
-      }
-      const quietFor = clock.now() - this.lastTakenAt;
-      if (quietFor < release.afterMs) {
-        clock.setTimer(release.afterMs - quietFor, check);
-        return;
-      }
-      this.releaseArmed = false;
-      release.onRelease?.(this.releaseIdle());
+      const now = clock.now();
+      const dropped = this.releaseIdle(now - release.afterMs);
+      const oldest = this.oldestIdleSince();
+      if (oldest !== undefined) clock.setTimer(oldest + release.afterMs - now, check);
+      else this.releaseArmed = false;
+      if (dropped > 0 && now - this.lastTakenAt >= release.afterMs) release.onRelease?.(dropped);
     };
     clock.setTimer(release.afterMs, check);
+  }
+
+  /** When the longest-idle buffer came back, if any is idle. */
+  private oldestIdleSince(): number | undefined {
+    let oldest: number | undefined;
+    for (const { idleSince } of this.idle.values()) {
+      const since = idleSince[0];
+      if (since !== undefined && (oldest === undefined || since < oldest)) oldest = since;
+    }
+    return oldest;
+  }
+
+  private now(): number {
+    return (this.release?.clock ?? backgroundClock).now();
   }
 
   snapshot(): AnswerBufferStats {
@@ -153,7 +197,7 @@ export class AnswerBufferPool {
   }
 }
 
-/** This thread's pool: its idle buffers dropped after a quiet period, then their memory freed. */
+/** This thread's pool: each idle buffer dropped once unused for the release period; once all are gone, their memory freed. */
 export const answerBuffers = new AnswerBufferPool(POOL_RETAINED_BYTES, { afterMs: POOL_IDLE_RELEASE_MS, onRelease: () => collectFreedMemory() });
 
 /**

@@ -19,6 +19,7 @@ export interface GatewayMetrics {
   inFlight: Gauge;
   /** Read from this thread's answer buffer pool at scrape time. */
   answerBuffersIdle: Gauge;
+  answerBuffersTaken: Counter<'source'>;
   arrayBuffers: Gauge;
   /** Labels: network, upstream, outcome. */
   upstreamRequests: Tally;
@@ -107,6 +108,28 @@ function dropTotalSuffixedGauges(registry: Registry): void {
   }
 }
 
+/**
+ * Buffers the answer pool handed out, by where they came from: `idle` (one that came back, used
+ * again) or `allocated` (memory mapped afresh, a page fault for every 4 KiB of it that is written).
+ * Counted by the pool, read at scrape time: the counter moves by what the pool counted since.
+ */
+function answerBuffersTakenCounter(registers: Registry[]): Counter<'source'> {
+  const counted = { idle: 0, allocated: 0 };
+  return new Counter({
+    name: 'tollgate_answer_buffers_taken_total',
+    help: 'Pooled buffers handed out for upstream answers of 1 MiB or more, by source (idle: reused; allocated: mapped afresh)',
+    labelNames: ['source'] as const,
+    registers,
+    collect() {
+      const { reused, allocated } = answerBuffers.snapshot();
+      this.inc({ source: 'idle' }, reused - counted.idle);
+      this.inc({ source: 'allocated' }, allocated - counted.allocated);
+      counted.idle = reused;
+      counted.allocated = allocated;
+    },
+  });
+}
+
 export function createMetrics(): GatewayMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'tollgate_' });
@@ -134,13 +157,14 @@ export function createMetrics(): GatewayMetrics {
     inFlight: new Gauge({ name: 'tollgate_requests_in_flight', help: 'HTTP requests being processed', registers, aggregator: 'sum' }),
     answerBuffersIdle: new Gauge({
       name: 'tollgate_answer_buffers_idle_bytes',
-      help: 'Bytes of pooled buffers for large upstream answers kept idle for the next ones; dropped after a quiet period',
+      help: 'Bytes of pooled buffers for large upstream answers kept idle for the next ones; each dropped after 10 s unused',
       registers,
       aggregator: 'sum',
       collect() {
         this.set(answerBuffers.snapshot().retainedBytes);
       },
     }),
+    answerBuffersTaken: answerBuffersTakenCounter(registers),
     arrayBuffers: new Gauge({
       name: 'tollgate_array_buffers_bytes',
       help: "Memory held by the process's Buffers and ArrayBuffers (process.memoryUsage().arrayBuffers)",

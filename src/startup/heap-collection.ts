@@ -13,8 +13,8 @@
  * of its own, off the caller's stack. It is a full mark-compact, a pause of the main thread for as
  * long as marking its live heap takes: 30 ms on the bench's gateway (docs/benchmarks.md, "Giving
  * back a burst's memory"). So one is asked for at most once a minute: a gateway that gets one
- * large answer every few seconds drops its idle buffer after each, but pauses once a minute, not
- * after each.
+ * large answer every quarter of a minute drops its idle buffer after each, but pauses once a
+ * minute, not after each.
  */
 
 type ExposedGc = (options: { type: 'major'; execution: 'async' }) => Promise<void>;
