@@ -48,8 +48,8 @@ export const POOLED_MAX_BYTES = 32 * 1024 * 1024;
  * concurrency costs memory mapped afresh all the time, not memory saved. With 64 MiB, 50 concurrent
  * 1.6 MiB answers (100 MiB of 2 MiB buffers) dropped the surplus each time fewer were in use and
  * mapped it again each time more were. A fresh page costs a page fault, about 13.5 µs on the
- * bench's machine, so up to 512 of them per 2 MiB buffer (docs/benchmarks.md, "Pooled buffers kept for as
- * long as they are used").
+ * bench's machine, so up to 512 of them per 2 MiB buffer (docs/benchmarks.md, "Pooled buffers
+ * kept for as long as they are used").
  */
 export const POOL_RETAINED_BYTES = 256 * 1024 * 1024;
 /**
