@@ -140,7 +140,10 @@ export class AnswerBufferPool {
     this.armRelease();
   }
 
-  /** Drops every idle buffer that came back at or before `cutoff` (the collector frees them); returns the bytes dropped. */
+  /**
+   * Drops every idle buffer that came back at or before `cutoff` (the collector frees them);
+   * returns the bytes dropped.
+   */
   releaseIdle(cutoff = Number.POSITIVE_INFINITY): number {
     let dropped = 0;
     for (const [size, list] of this.idle) {
@@ -197,7 +200,10 @@ export class AnswerBufferPool {
   }
 }
 
-/** This thread's pool: each idle buffer dropped once unused for the release period; once all are gone, their memory freed. */
+/**
+ * This thread's pool: each idle buffer dropped once unused for the release period, and once all
+ * are gone, their memory freed.
+ */
 export const answerBuffers = new AnswerBufferPool(POOL_RETAINED_BYTES, { afterMs: POOL_IDLE_RELEASE_MS, onRelease: () => collectFreedMemory() });
 
 /**
