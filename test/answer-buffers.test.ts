@@ -117,12 +117,34 @@ describe('letting idle buffers go after a quiet period', () => {
     expect(pool.snapshot()).toMatchObject({ retainedBytes: 2 * MiB, releasedBytes: 6 * MiB });
     expect(released).toEqual([]);
     expect(time.pending).toBe(1);
-    // The trickle stops at 6 s: its buffer goes at 11 s, and then the collection is asked for.
+    // The trickle stops at 6 s: its buffer goes at 11 s, and then the collection is asked for,
+    // for everything dropped since the burst.
     await time.advance(4_999);
     expect(pool.snapshot().retainedBytes).toBe(2 * MiB);
     await time.advance(1);
-    expect(released).toEqual([2 * MiB]);
+    expect(released).toEqual([8 * MiB]);
     expect(pool.snapshot()).toMatchObject({ retainedBytes: 0, releasedBytes: 8 * MiB });
+    expect(time.pending).toBe(0);
+  });
+
+  it('asks for the collection once no buffer was taken for the period, even when the last taken never came back', async () => {
+    const time = new ManualClock();
+    const released: number[] = [];
+    const pool = new AnswerBufferPool(16 * MiB, { afterMs: 5_000, clock: time, onRelease: (bytes) => released.push(bytes) });
+    pool.giveBack(pool.take(2 * MiB));
+    await time.advance(1_000);
+    // Taken at 1 s and kept (a result shared by concurrent calls is never given back).
+    pool.take(4 * MiB);
+    // The idle buffer goes at 5 s, but a buffer was taken 4 s before: answers may still be coming.
+    await time.advance(4_000);
+    expect(pool.snapshot().retainedBytes).toBe(0);
+    expect(released).toEqual([]);
+    expect(time.pending).toBe(1);
+    // None taken by 6 s: the large answers have stopped.
+    await time.advance(999);
+    expect(released).toEqual([]);
+    await time.advance(1);
+    expect(released).toEqual([2 * MiB]);
     expect(time.pending).toBe(0);
   });
 

@@ -14,7 +14,7 @@ import { TEST_ADMIN_TOKEN } from './helpers/gateway.js';
 import { startScriptedUpstream, type ScriptedUpstream } from './helpers/scripted-upstream.js';
 import { killSpawned, spawnGateway, type GatewayProcess } from './helpers/spawn-gateway.js';
 import { until } from './helpers/until.js';
-import { tollgateCli } from './helpers/worker-group.js';
+import { sampleSum, tollgateCli } from './helpers/worker-group.js';
 
 describe('missingGatewayFlags', () => {
   it('finds the flags in NODE_OPTIONS or on the command line, by name whatever their value, in either spelling', () => {
@@ -138,12 +138,11 @@ describe('tollgate serve', () => {
     const { rpcOrigin, adminOrigin } = gateway;
     const scrape = async (): Promise<{ idle: number; arrayBuffers: number; reused: number; allocated: number }> => {
       const text = await (await fetch(`${adminOrigin}/metrics`, { headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } })).text();
-      const sample = (series: string): number => Number(new RegExp(`^${series.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1]);
       return {
-        idle: sample('tollgate_answer_buffers_idle_bytes'),
-        arrayBuffers: sample('tollgate_array_buffers_bytes'),
-        reused: sample('tollgate_answer_buffers_taken_total{source="idle"}'),
-        allocated: sample('tollgate_answer_buffers_taken_total{source="allocated"}'),
+        idle: sampleSum(text, 'tollgate_answer_buffers_idle_bytes'),
+        arrayBuffers: sampleSum(text, 'tollgate_array_buffers_bytes'),
+        reused: sampleSum(text, 'tollgate_answer_buffers_taken_total', { source: 'idle' }),
+        allocated: sampleSum(text, 'tollgate_answer_buffers_taken_total', { source: 'allocated' }),
       };
     };
     // Each call a different page: identical calls in flight together share one upstream answer, whose buffer is never given back.

@@ -86,7 +86,10 @@ export interface AnswerBufferStats {
 export interface IdleRelease {
   /** Milliseconds without a {@link AnswerBufferPool.take} after which idle buffers are dropped. */
   afterMs: number;
-  /** Called with the bytes dropped, once they are: where the process can, it asks for them to be freed. */
+  /**
+   * Called once no buffer is idle and none has been taken for `afterMs`, with the bytes dropped
+   * since the last call: where the process can, it asks for them to be freed.
+   */
   onRelease?: (droppedBytes: number) => void;
   /** Injected by tests; by default real time, with a timer that does not keep the process alive. */
   clock?: Clock;
@@ -103,15 +106,20 @@ export class AnswerBufferPool {
   private readonly stats: AnswerBufferStats = { allocated: 0, reused: 0, retainedBytes: 0, releasedBytes: 0 };
   private lastTakenAt = 0;
   private releaseArmed = false;
+  /** Bytes dropped since `onRelease` was last called: what the next collection would free. */
+  private droppedSinceRelease = 0;
+  private readonly clock: Clock;
 
   constructor(
     private readonly maxRetainedBytes: number = POOL_RETAINED_BYTES,
     private readonly release?: IdleRelease,
-  ) {}
+  ) {
+    this.clock = release?.clock ?? backgroundClock;
+  }
 
   /** A buffer of at least `length` bytes (its content is whatever it held before). */
   take(length: number): Buffer {
-    if (this.release !== undefined) this.lastTakenAt = this.now();
+    if (this.release !== undefined) this.lastTakenAt = this.clock.now();
     const size = sizeClass(length);
     // The one that came back last: the oldest stay at the bottom and are the ones that age out.
     const list = this.idle.get(size);
@@ -135,7 +143,7 @@ export class AnswerBufferPool {
     let list = this.idle.get(size);
     if (list === undefined) this.idle.set(size, (list = { buffers: [], idleSince: [] }));
     list.buffers.push(buffer);
-    list.idleSince.push(this.release === undefined ? 0 : this.now());
+    list.idleSince.push(this.release === undefined ? 0 : this.clock.now());
     this.stats.retainedBytes += size;
     this.armRelease();
   }
@@ -144,7 +152,7 @@ export class AnswerBufferPool {
    * Drops every idle buffer that came back at or before `cutoff` (the collector frees them);
    * returns the bytes dropped.
    */
-  releaseIdle(cutoff = Number.POSITIVE_INFINITY): number {
+  private releaseIdle(cutoff: number): number {
     let dropped = 0;
     for (const [size, list] of this.idle) {
       let aged = 0;
@@ -161,24 +169,29 @@ export class AnswerBufferPool {
 
   /**
    * One timer at most, armed while buffers are idle, set for when the oldest will have been idle
-   * for the release period: a steady stream of large answers costs no timer per answer. Once no
-   * buffer has been taken for that period either, the large answers have stopped, and what was
-   * dropped is reported so that its memory can be freed.
+   * for the release period: a steady stream of large answers costs no timer per answer. Once none
+   * is idle and none has been taken for that period either, the large answers have stopped: what
+   * was dropped since the last report is reported, so that its memory can be freed. That wait is
+   * its own, since the last buffers taken may never come back (a result shared by concurrent
+   * calls, say) and the ones that did may have aged out before it ended.
    */
   private armRelease(): void {
     const release = this.release;
     if (release === undefined || this.releaseArmed) return;
     this.releaseArmed = true;
-    const clock = release.clock ?? backgroundClock;
     const check = (): void => {
-      const now = clock.now();
-      const dropped = this.releaseIdle(now - release.afterMs);
+      const now = this.clock.now();
+      this.droppedSinceRelease += this.releaseIdle(now - release.afterMs);
       const oldest = this.oldestIdleSince();
-      if (oldest !== undefined) clock.setTimer(oldest + release.afterMs - now, check);
-      else this.releaseArmed = false;
-      if (dropped > 0 && now - this.lastTakenAt >= release.afterMs) release.onRelease?.(dropped);
+      if (oldest !== undefined) return void this.clock.setTimer(oldest + release.afterMs - now, check);
+      const quietAt = this.lastTakenAt + release.afterMs;
+      if (this.droppedSinceRelease > 0 && now < quietAt) return void this.clock.setTimer(quietAt - now, check);
+      this.releaseArmed = false;
+      const dropped = this.droppedSinceRelease;
+      this.droppedSinceRelease = 0;
+      if (dropped > 0) release.onRelease?.(dropped);
     };
-    clock.setTimer(release.afterMs, check);
+    this.clock.setTimer(release.afterMs, check);
   }
 
   /** When the longest-idle buffer came back, if any is idle. */
@@ -189,10 +202,6 @@ export class AnswerBufferPool {
       if (since !== undefined && (oldest === undefined || since < oldest)) oldest = since;
     }
     return oldest;
-  }
-
-  private now(): number {
-    return (this.release?.clock ?? backgroundClock).now();
   }
 
   snapshot(): AnswerBufferStats {
