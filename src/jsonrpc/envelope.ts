@@ -1,4 +1,5 @@
 import { GatewayError, toJsonRpcError, type JsonRpcErrorObject } from '../errors.js';
+import { returnLent } from './answer-buffers.js';
 import { idTextsByMemberName, scanRequestBody, type ItemSpans } from './request-scanner.js';
 import { resultLength, SPLICE_MIN_BYTES, type ResultBytes } from './result-bytes.js';
 
@@ -228,6 +229,14 @@ export function serialiseReply(reply: Reply): Buffer {
   copyResult(reply.result, body, headBytes);
   body[body.length - 1] = 0x7d; // }
   return body;
+}
+
+/**
+ * The replies' results were copied into one body (a batch, a WebSocket message): the pooled
+ * buffers large results were lent with (answer-buffers.ts) go back for the next large answers.
+ */
+export function returnCopiedResults(replies: readonly Reply[]): void {
+  for (const reply of replies) if ('result' in reply) returnLent(reply.result);
 }
 
 /** Copies a result's bytes into `target` at `offset`; returns how many were copied. */

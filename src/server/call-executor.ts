@@ -1,5 +1,6 @@
 import { GatewayError } from '../errors.js';
 import { errorReply, type IdText, type Reply, type RequestItem } from '../jsonrpc/envelope.js';
+import { returnLent } from '../jsonrpc/answer-buffers.js';
 import { ownedCopy } from '../jsonrpc/result-bytes.js';
 import type { PreparedCall } from '../methods/registry.js';
 import { dehydrateBlock } from '../cache/block-cache.js';
@@ -200,9 +201,13 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
         if (outcome.kind !== 'result' || outcome.result === null) return serialised(outcome);
         // A copy: the bytes may be views into the upstream's network chunks, which the cache must not keep.
         const bytes = ownedCopy(outcome.resultBytes);
+        // Every caller is answered from the copy too, so a pooled buffer the parts were lent with
+        // goes back now (jsonrpc/answer-buffers.ts): coalesced callers share the copy, and a
+        // dehydrated answer never writes the parts at all.
+        returnLent(outcome.resultBytes);
         cache.blocks.set(network.config.id, hash, call.fetchHydrated, bytes);
         cache.shareBlock(network.config.id, hash, call.fetchHydrated, bytes);
-        return { ...serialised(outcome), block: outcome.result };
+        return { ...serialised(outcome), bytes, block: outcome.result };
       },
       deadline,
       timedOutAnswer,

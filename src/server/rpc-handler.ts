@@ -2,7 +2,7 @@ import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:
 import { asksNoCache } from '../cache/cache-control.js';
 import { randomBytes } from 'node:crypto';
 import { GatewayError, toHttpStatus } from '../errors.js';
-import { errorReply, NULL_ID, parseBody, replyBody, serialiseBatch, serialiseReply, type EnvelopeLimits } from '../jsonrpc/envelope.js';
+import { errorReply, NULL_ID, parseBody, replyBody, returnCopiedResults, serialiseBatch, serialiseReply, type EnvelopeLimits } from '../jsonrpc/envelope.js';
 import { returnLent } from '../jsonrpc/answer-buffers.js';
 import type { ResultBytes } from '../jsonrpc/result-bytes.js';
 import { rejected } from '../auth/key-policy.js';
@@ -271,6 +271,7 @@ export function createRpcHandler(deps: RpcHandlerDeps): RpcHandler {
     // notifications only: 204.
     if (answered.length === 0) return send(res, ctx, 204, undefined, responseHeaders);
     send(res, ctx, 200, serialiseBatch(answered), responseHeaders);
+    returnCopiedResults(answered);
   }
 
   /**

@@ -4,7 +4,7 @@ import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import { WebSocketServer, type WebSocket } from './ws-library.js';
 import { GatewayError } from '../errors.js';
-import { errorReply, NULL_ID, parseBody, serialiseBatch, serialiseReply, type EnvelopeLimits } from '../jsonrpc/envelope.js';
+import { errorReply, NULL_ID, parseBody, returnCopiedResults, serialiseBatch, serialiseReply, type EnvelopeLimits } from '../jsonrpc/envelope.js';
 import type { RequestFacts } from '../auth/key-policy.js';
 import type { GatewayConfig } from '../config/schema.js';
 import { bounded, logRequest, type Logger } from '../logging/logger.js';
@@ -300,12 +300,14 @@ export function createWebSocketEndpoint(deps: WebSocketEndpointDeps): WebSocketE
         if (reply === CLIENT_LEFT) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
         if ('error' in reply && reply.gatewayError !== undefined) ctx.errorCode = reply.gatewayError.code;
         if (!send(connection, serialiseReply(reply))) ctx.httpStatus = CLIENT_CLOSED_REQUEST;
+        returnCopiedResults([reply]);
         subscriptionCalls.arm(ctx);
         return;
       }
       const replies = await subscriptionCalls.answerBatch(connection, parsed.items, network, auth, ctx, deadline, rules);
       if (replies === CLIENT_LEFT) return void (ctx.httpStatus = CLIENT_CLOSED_REQUEST);
       if (replies.length > 0 && !send(connection, serialiseBatch(replies))) ctx.httpStatus = CLIENT_CLOSED_REQUEST;
+      returnCopiedResults(replies);
       subscriptionCalls.arm(ctx);
     } catch (error) {
       logger.error({ err: error, requestId: ctx.requestId }, 'websocket message failed unexpectedly');
