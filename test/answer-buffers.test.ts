@@ -63,10 +63,16 @@ describe('the default bound', () => {
 });
 
 describe('letting idle buffers go after a quiet period', () => {
-  it('drops every idle buffer once none was taken for the quiet period, and says how many bytes', async () => {
+  /** A 16 MiB pool on a manual clock that lets idle buffers go after 5 s, and what it reported released. */
+  function timedPool(): { time: ManualClock; released: number[]; pool: AnswerBufferPool } {
     const time = new ManualClock();
     const released: number[] = [];
     const pool = new AnswerBufferPool(16 * MiB, { afterMs: 5_000, clock: time, onRelease: (bytes) => released.push(bytes) });
+    return { time, released, pool };
+  }
+
+  it('drops every idle buffer once none was taken for the quiet period, and says how many bytes', async () => {
+    const { time, released, pool } = timedPool();
     const buffers = [pool.take(2 * MiB), pool.take(2 * MiB), pool.take(4 * MiB)];
     for (const buffer of buffers) pool.giveBack(buffer);
     expect(time.pending).toBe(1);
@@ -81,9 +87,7 @@ describe('letting idle buffers go after a quiet period', () => {
   });
 
   it('waits out the quiet period again when a buffer was taken meanwhile, with one timer at a time', async () => {
-    const time = new ManualClock();
-    const released: number[] = [];
-    const pool = new AnswerBufferPool(16 * MiB, { afterMs: 5_000, clock: time, onRelease: (bytes) => released.push(bytes) });
+    const { time, released, pool } = timedPool();
     pool.giveBack(pool.take(2 * MiB));
     await time.advance(3_000);
     // A steady stream: taken and given back while the timer is armed.
@@ -100,9 +104,7 @@ describe('letting idle buffers go after a quiet period', () => {
   });
 
   it('after a burst, drops the buffers a trickle of large answers no longer uses and keeps the one it does', async () => {
-    const time = new ManualClock();
-    const released: number[] = [];
-    const pool = new AnswerBufferPool(16 * MiB, { afterMs: 5_000, clock: time, onRelease: (bytes) => released.push(bytes) });
+    const { time, released, pool } = timedPool();
     const burst = [pool.take(2 * MiB), pool.take(2 * MiB), pool.take(2 * MiB), pool.take(2 * MiB)];
     for (const buffer of burst) pool.giveBack(buffer);
     // One large answer a second for six seconds: each takes the buffer that came back last.
@@ -128,12 +130,10 @@ describe('letting idle buffers go after a quiet period', () => {
   });
 
   it('asks for the collection once no buffer was taken for the period, even when the last taken never came back', async () => {
-    const time = new ManualClock();
-    const released: number[] = [];
-    const pool = new AnswerBufferPool(16 * MiB, { afterMs: 5_000, clock: time, onRelease: (bytes) => released.push(bytes) });
+    const { time, released, pool } = timedPool();
     pool.giveBack(pool.take(2 * MiB));
     await time.advance(1_000);
-    // Taken at 1 s and kept (a result shared by concurrent calls is never given back).
+    // Taken at 1 s and never given back (its answer shared by concurrent calls, say).
     pool.take(4 * MiB);
     // The idle buffer goes at 5 s, but a buffer was taken 4 s before: answers may still be coming.
     await time.advance(4_000);
@@ -163,9 +163,7 @@ describe('letting idle buffers go after a quiet period', () => {
   });
 
   it('arms no timer when nothing is idle, and releases nothing when every buffer is in use', async () => {
-    const time = new ManualClock();
-    const released: number[] = [];
-    const pool = new AnswerBufferPool(16 * MiB, { afterMs: 5_000, clock: time, onRelease: (bytes) => released.push(bytes) });
+    const { time, released, pool } = timedPool();
     const held = pool.take(2 * MiB);
     expect(time.pending).toBe(0);
     pool.giveBack(held);
