@@ -230,7 +230,19 @@ export interface RedisCluster {
   masterOf(key: string): Promise<number>;
   /** Connected replicas per master port, from `CLUSTER NODES`. */
   replicasPerMaster(): Promise<Map<number, number>>;
+  /**
+   * Every live replica has finished its sync and its replication link is up (`INFO replication`).
+   * A replica still syncing has no data to fail over with: killing its master then leaves the
+   * master's slots unserved.
+   */
+  replicasSynced(): Promise<boolean>;
   stop(): Promise<void>;
+}
+
+/** Every replica among `ports` reports its replication link up and no sync under way. */
+async function synced(ports: readonly number[]): Promise<boolean> {
+  const infos = await Promise.all(ports.map((port) => command(port, 'INFO', 'replication').catch(() => '')));
+  return infos.every((info) => /role:master/.test(info) || (/master_link_status:up/.test(info) && /master_sync_in_progress:0/.test(info)));
 }
 
 /** One command over a raw socket (RESP array of bulk strings); resolves with the raw reply text. */
@@ -299,6 +311,7 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number; repli
     }
     const stateOk = async (port: number) => /cluster_state:ok/.test(await command(port, 'CLUSTER', 'INFO').catch(() => ''));
     await until(async () => (await Promise.all(ports.map(stateOk))).every(Boolean), 'every cluster node to report cluster_state:ok', 30_000);
+    await until(() => synced(ports), 'every replica to finish its first sync', 30_000);
   } catch (error) {
     await stopAll();
     throw error;
@@ -368,6 +381,7 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number; repli
     async healthy() {
       return /cluster_state:ok/.test(await command(alive()[0]!, 'CLUSTER', 'INFO').catch(() => ''));
     },
+    replicasSynced: () => synced(alive()),
     stop: stopAll,
   };
 }
