@@ -29,6 +29,8 @@ import { INTERNAL_CALLER, type Caller } from '../routing/forward.js';
 
 /** JSON-RPC "method not found", passed on uncharged when an upstream answers it. */
 const METHOD_NOT_FOUND = -32601;
+/** Waits before each new try of a settle whose outcome a store error left unknown (see settleAgain). */
+const SETTLE_RETRY_DELAYS_MS = [0, 50, 150, 300];
 
 export type CallItem = Extract<RequestItem, { kind: 'call' }>;
 
@@ -76,6 +78,12 @@ export interface CallExecutorDeps {
    * true serves the call without charging it.
    */
   failOpen: boolean;
+  /**
+   * Commits wait for replicas (`store.waitReplicas`): an answer goes out only once its charge is
+   * on them, so a settle found applied only on a try after it failed (which may be on a new
+   * connection, whose `WAIT` does not cover the first) is not answered.
+   */
+  commitsWaitForReplicas?: boolean;
   onStoreError?: (error: unknown) => void;
   /** An `eth_getBlockByHash` lookup (the response cache reports the others itself). */
   onCacheLookup?: (network: string, hit: boolean) => void;
@@ -381,8 +389,43 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
   function settle(pending: SettlePending, ctx: RequestContext): Promise<Reply> {
     return meter.settle(pending.reservationId).then(
       (settled) => settledReply(pending, ctx, settled, undefined),
-      (error: unknown) => settledReply(pending, ctx, undefined, error),
+      (error: unknown) => settleAgain(pending, ctx, error),
     );
+  }
+
+  /**
+   * A settle that failed may still have been applied: the store ran it and the reply was lost
+   * (the connection was dropped and made again, or the command timed out while the process was
+   * not scheduled). Given up there, the refund would find the reservation gone and the call would
+   * be charged while its client got a store error. So the settle is sent again before anything is
+   * decided: a settle changes nothing the second time, and a reservation gone right after one
+   * (far younger than the stale-reservation sweep's age) was settled by it. Failing closed, a
+   * few tries over half a second let a connection being made again come up; failing open, the
+   * answer goes out either way and one more try is enough. With commits that wait for replicas,
+   * a reservation found gone is still not answered: the first settle may not be on them.
+   */
+  async function settleAgain(pending: SettlePending, ctx: RequestContext, firstError: unknown): Promise<Reply> {
+    deps.onStoreError?.(firstError);
+    let lastError = firstError;
+    for (const delayMs of deps.failOpen ? [0] : SETTLE_RETRY_DELAYS_MS) {
+      if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
+      try {
+        const settled = await meter.settle(pending.reservationId);
+        if (settled.ok) return settledReply(pending, ctx, settled, undefined);
+        if (deps.commitsWaitForReplicas === true) break;
+        return settledEarlier(pending, ctx);
+      } catch (error) {
+        lastError = error;
+      }
+    }
+    return settledReply(pending, ctx, undefined, lastError);
+  }
+
+  /** The reply of an answer whose first settle was applied though its reply was lost: charged. */
+  function settledEarlier(pending: SettlePending, ctx: RequestContext): Reply {
+    recordCharge(ctx, pending.subject.method, pending.subject.cost, { ok: false, reason: 'reservation_gone' });
+    (ctx.charged ??= []).push(pending.subject);
+    return pending.reply;
   }
 
   /** The reply of a settled answer; `settled` undefined: the store failed with `error`. */
@@ -433,14 +476,15 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
       }
       if (commits.length === 0) return replies;
       return meter.commitAll(commits).then(({ results, error }) => {
+        const settlingAgain: Array<Promise<void>> = [];
         committed.forEach((pending, index) => {
           const result = results[index];
-          replies[positions[index]!] =
-            pending.ledger === 'charge'
-              ? chargedReply(pending.reply, pending.subject, ctx, result as AdmissionResult | undefined, error)
-              : settledReply(pending, ctx, result as FinishResult | undefined, error);
+          const at = positions[index]!;
+          if (pending.ledger === 'charge') replies[at] = chargedReply(pending.reply, pending.subject, ctx, result as AdmissionResult | undefined, error);
+          else if (result !== undefined) replies[at] = settledReply(pending, ctx, result as FinishResult, undefined);
+          else settlingAgain.push(settleAgain(pending, ctx, error).then((reply) => void (replies[at] = reply)));
         });
-        return replies;
+        return settlingAgain.length === 0 ? replies : Promise.all(settlingAgain).then(() => replies);
       });
     },
   };

@@ -153,6 +153,7 @@ export function buildRpcServer(
     cache,
     now,
     failOpen: config.store.driver === 'redis' && config.store.failOpen,
+    commitsWaitForReplicas: config.store.driver === 'redis' && (config.store.waitReplicas ?? 0) > 0,
     onStoreError: (error) => {
       metrics.storeErrors.inc();
       if (shouldLogStoreError()) logger.error({ err: error }, 'the store is unreachable; answering per the store failure policy');
