@@ -476,15 +476,16 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
       }
       if (commits.length === 0) return replies;
       return meter.commitAll(commits).then(({ results, error }) => {
-        const settlingAgain: Array<Promise<void>> = [];
+        // Settles that failed are sent again (settleAgain); made only when one did.
+        let settlingAgain: Array<Promise<void>> | undefined;
         committed.forEach((pending, index) => {
           const result = results[index];
           const at = positions[index]!;
           if (pending.ledger === 'charge') replies[at] = chargedReply(pending.reply, pending.subject, ctx, result as AdmissionResult | undefined, error);
           else if (result !== undefined) replies[at] = settledReply(pending, ctx, result as FinishResult, undefined);
-          else settlingAgain.push(settleAgain(pending, ctx, error).then((reply) => void (replies[at] = reply)));
+          else (settlingAgain ??= []).push(settleAgain(pending, ctx, error).then((reply) => void (replies[at] = reply)));
         });
-        return settlingAgain.length === 0 ? replies : Promise.all(settlingAgain).then(() => replies);
+        return settlingAgain === undefined ? replies : Promise.all(settlingAgain).then(() => replies);
       });
     },
   };
