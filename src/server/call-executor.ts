@@ -388,7 +388,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
 
   function settle(pending: SettlePending, ctx: RequestContext): Promise<Reply> {
     return meter.settle(pending.reservationId).then(
-      (settled) => settledReply(pending, ctx, settled, undefined),
+      (settled) => settledReply(pending, ctx, settled),
       (error: unknown) => settleAgain(pending, ctx, error),
     );
   }
@@ -401,24 +401,28 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
    * decided: a settle changes nothing the second time, and a reservation gone right after one
    * (far younger than the stale-reservation sweep's age) was settled by it. Failing closed, a
    * few tries over half a second let a connection being made again come up; failing open, the
-   * answer goes out either way and one more try is enough. With commits that wait for replicas,
-   * a reservation found gone is still not answered: the first settle may not be on them.
+   * answer goes out either way and one more try is enough. With commits that wait for replicas
+   * (failing closed), a reservation found gone is not answered: the first settle may not be on them.
    */
   async function settleAgain(pending: SettlePending, ctx: RequestContext, firstError: unknown): Promise<Reply> {
     deps.onStoreError?.(firstError);
-    let lastError = firstError;
     for (const delayMs of deps.failOpen ? [0] : SETTLE_RETRY_DELAYS_MS) {
       if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
       try {
         const settled = await meter.settle(pending.reservationId);
-        if (settled.ok) return settledReply(pending, ctx, settled, undefined);
-        if (deps.commitsWaitForReplicas === true) break;
-        return settledEarlier(pending, ctx);
+        if (settled.ok) return settledReply(pending, ctx, settled);
+        // Gone: a try whose reply was lost settled it. Waiting for replicas, it is withheld (and
+        // charged) as a commit whose WAIT fell short is, unless failing open.
+        if (deps.commitsWaitForReplicas !== true || deps.failOpen) return settledEarlier(pending, ctx);
+        return storeUnavailable(pending.reply.id);
       } catch (error) {
-        lastError = error;
+        deps.onStoreError?.(error);
       }
     }
-    return settledReply(pending, ctx, undefined, lastError);
+    // Every try failed, so the first most likely never ran: the answer is not charged and its
+    // credits go back; failing closed, it is not sent either.
+    meter.release(pending.reservationId);
+    return deps.failOpen ? pending.reply : storeUnavailable(pending.reply.id);
   }
 
   /** The reply of an answer whose first settle was applied though its reply was lost: charged. */
@@ -428,15 +432,8 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
     return pending.reply;
   }
 
-  /** The reply of a settled answer; `settled` undefined: the store failed with `error`. */
-  function settledReply(pending: SettlePending, ctx: RequestContext, settled: FinishResult | undefined, error: unknown): Reply {
-    if (settled === undefined) {
-      // The charge could not be recorded: the answer is not charged, so its credits go back;
-      // failing closed, it is not sent either.
-      deps.onStoreError?.(error);
-      meter.release(pending.reservationId);
-      return deps.failOpen ? pending.reply : storeUnavailable(pending.reply.id);
-    }
+  /** The reply of a settled answer. */
+  function settledReply(pending: SettlePending, ctx: RequestContext, settled: FinishResult): Reply {
     // A reservation already gone was given back by the stale-reservation sweep: the answer
     // goes out uncharged, and its headers and log say so.
     recordCharge(ctx, pending.subject.method, settled.ok ? pending.subject.cost : 0, settled);
@@ -482,7 +479,7 @@ export function createCallExecutor(deps: CallExecutorDeps): CallExecutor {
           const result = results[index];
           const at = positions[index]!;
           if (pending.ledger === 'charge') replies[at] = chargedReply(pending.reply, pending.subject, ctx, result as AdmissionResult | undefined, error);
-          else if (result !== undefined) replies[at] = settledReply(pending, ctx, result as FinishResult, undefined);
+          else if (result !== undefined) replies[at] = settledReply(pending, ctx, result as FinishResult);
           else (settlingAgain ??= []).push(settleAgain(pending, ctx, error).then((reply) => void (replies[at] = reply)));
         });
         return settlingAgain === undefined ? replies : Promise.all(settlingAgain).then(() => replies);
